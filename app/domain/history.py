@@ -1,0 +1,36 @@
+"""Model history: the fold of a log's surface events (spec 1.3), exactly as DSH replays a log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# (seq, start, end) of one surface event; start and end are -1 for an append.
+SurfaceOp = tuple[int, int, int]
+
+
+def fold_surface(ops: list[SurfaceOp]) -> list[int]:
+    """The current surface nodes (seqs in model order) after applying ``ops`` in order.
+
+    The ops were validated when their events were stored, so every replace names current nodes.
+    """
+    nodes: list[int] = []
+    for seq, start, end in ops:
+        if start < 0:
+            nodes.append(seq)
+        else:
+            start_at, end_at = nodes.index(start), nodes.index(end)
+            nodes[start_at : end_at + 1] = [seq]
+    return nodes
+
+
+def project_message(event: dict[str, Any]) -> Any:
+    """The message a surface node contributes, or None (an assistant/message with empty content adds none)."""
+    kind = event["type"]
+    if kind == "user/message":
+        return event["data"]
+    if kind == "assistant/message":
+        message = event["data"]["message"]
+        return message if message["content"] else None
+    if kind == "tool/result":
+        return event["data"]["message"]
+    return None

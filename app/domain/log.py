@@ -1,0 +1,212 @@
+"""One session's append-only event log, held as the bytes of its JSONL lines.
+
+Each stored event is one line of canonical JSON in a single ``bytearray``; ``ends[i]`` is the offset just past
+event ``i``'s newline. Events are therefore immutable once stored (nobody holds a mutable object of them), reading
+a range is a slice, and a fork copies one contiguous run of bytes plus an array of offsets: its cost is a memcpy of
+the prefix, not a per-event copy of Python objects. The rules' running :class:`LogState`, the surface operations
+and a small checkpoint at every ``turn/end`` let an append cost O(events appended) and a fork at an earlier
+boundary rebuild its state without replaying the log.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from app.domain.errors import EventRejected
+from app.domain.events import LogState, admit
+from app.domain.history import SurfaceOp, fold_surface, project_message
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The invariant trace right after a ``turn/end`` (the rest of it is known: no turn or step is open)."""
+
+    next_turn: Any
+    next_step: Any
+    pending: frozenset[Any]
+
+
+@dataclass(slots=True)
+class StagedEvents:
+    """A validated batch not yet part of the log: commit it once its bytes are durable, or drop it."""
+
+    base_count: int
+    state: LogState
+    events: list[dict[str, Any]]
+    lines: bytes
+    ends: array[int]
+    surface_ops: list[SurfaceOp] = field(default_factory=list)
+    turn_ends: list[int] = field(default_factory=list)
+    checkpoints: dict[int, Checkpoint] = field(default_factory=dict)
+
+
+def encode_event(event: dict[str, Any]) -> bytes:
+    return orjson.dumps(event)
+
+
+class SessionLog:
+    __slots__ = ("_body", "_checkpoints", "_ends", "_surface_ops", "_turn_ends", "state")
+
+    def __init__(self) -> None:
+        self._body = bytearray()
+        self._ends: array[int] = array("q")
+        self._surface_ops: list[SurfaceOp] = []
+        self._turn_ends: array[int] = array("q")
+        self._checkpoints: dict[int, Checkpoint] = {}
+        self.state = LogState()
+
+    # -- reading ---------------------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    @property
+    def byte_size(self) -> int:
+        return len(self._body)
+
+    def _start(self, index: int) -> int:
+        return self._ends[index - 1] if index > 0 else 0
+
+    def lines(self, start: int = 0, stop: int | None = None) -> bytes:
+        """The JSONL lines of events ``start`` .. ``stop - 1`` (each ends in a newline)."""
+        stop = len(self) if stop is None else min(stop, len(self))
+        if start >= stop:
+            return b""
+        return bytes(self._body[self._start(start) : self._ends[stop - 1]])
+
+    def json_array(self, start: int = 0, stop: int | None = None) -> bytes:
+        """Events ``start`` .. ``stop - 1`` as one JSON array, straight from the stored bytes."""
+        body = self.lines(start, stop)
+        if not body:
+            return b"[]"
+        # A stored line never holds a raw newline (JSON escapes them in strings), so newlines separate events.
+        return b"[" + body[:-1].replace(b"\n", b",") + b"]"
+
+    def event(self, seq: int) -> dict[str, Any]:
+        return orjson.loads(self._body[self._start(seq) : self._ends[seq]])  # type: ignore[no-any-return]
+
+    def events(self, start: int = 0, stop: int | None = None) -> list[dict[str, Any]]:
+        return orjson.loads(self.json_array(start, stop))  # type: ignore[no-any-return]
+
+    def iter_line_ends(self) -> Iterator[int]:
+        return iter(self._ends)
+
+    def is_turn_end(self, seq: int) -> bool:
+        at = bisect_right(self._turn_ends, seq) - 1
+        return at >= 0 and self._turn_ends[at] == seq
+
+    def history(self, at_seq: int | None = None) -> list[Any]:
+        """The model history: the surface fold, at the end of the log or just after event ``at_seq``."""
+        if at_seq is None or at_seq >= len(self) - 1:
+            nodes: Sequence[int] = self.state.nodes
+        else:
+            nodes = fold_surface(self._surface_ops[: bisect_right(self._surface_ops, (at_seq, 2**62, 0))])
+        messages = []
+        for seq in nodes:
+            message = project_message(self.event(seq))
+            if message is not None:
+                messages.append(message)
+        return messages
+
+    # -- writing ---------------------------------------------------------------------------------------------------
+
+    def stage(
+        self,
+        raws: Sequence[Any],
+        *,
+        appended: bool,
+        now: int,
+        breaks: dict[int, str] | None = None,
+    ) -> StagedEvents:
+        """Validate ``raws`` as the next events, as one sequence; raise :class:`EventRejected` at the first bad one.
+
+        Nothing changes until :meth:`commit`: the log stays readable, as it was, while the batch is made durable.
+        """
+        state = self.state.staged()
+        staged = StagedEvents(base_count=len(self), state=state, events=[], lines=b"", ends=array("q"))
+        base = len(self)
+
+        def event_at(seq: int) -> dict[str, Any]:
+            return self.event(seq) if seq < base else staged.events[seq - base]
+
+        chunks: list[bytes] = []
+        offset = len(self._body)
+        for index, raw in enumerate(raws):
+            event = admit(
+                state,
+                raw,
+                index,
+                appended=appended,
+                now=now,
+                event_at=event_at,
+                lossless_break=breaks.get(index) if breaks else None,
+            )
+            try:
+                line = encode_event(event) + b"\n"
+            except TypeError as exc:  # e.g. a string orjson cannot encode; never stored
+                raise EventRejected(index, f"the event cannot be stored losslessly: {exc}") from None
+            chunks.append(line)
+            offset += len(line)
+            staged.ends.append(offset)
+            staged.events.append(event)
+            seq = event["seq"]
+            kind = event["type"]
+            if "surfaceOp" in event:
+                op = event["surfaceOp"]
+                if isinstance(op, dict):
+                    staged.surface_ops.append((seq, int(op["start"]), int(op["end"])))
+                else:
+                    staged.surface_ops.append((seq, -1, -1))
+            if kind == "turn/end":
+                staged.turn_ends.append(seq)
+                staged.checkpoints[seq] = Checkpoint(state.next_turn, state.next_step, frozenset(state.pending))
+        staged.lines = b"".join(chunks)
+        return staged
+
+    def commit(self, staged: StagedEvents) -> None:
+        if staged.base_count != len(self):
+            raise RuntimeError("a staged batch was committed onto a log that changed since it was staged")
+        self._body += staged.lines
+        self._ends.extend(staged.ends)
+        self._surface_ops.extend(staged.surface_ops)
+        self._turn_ends.extend(staged.turn_ends)
+        self._checkpoints.update(staged.checkpoints)
+        self.state = staged.state
+
+    # -- branching -------------------------------------------------------------------------------------------------
+
+    def prefix(self, count: int) -> SessionLog:
+        """A new, independent log holding events ``0 .. count - 1``; ``count`` is 0 or one past a ``turn/end``."""
+        child = SessionLog()
+        if count == 0:
+            return child
+        last = count - 1
+        if not self.is_turn_end(last):
+            raise ValueError("a log prefix must end at a turn/end")
+        child._body = self._body[: self._ends[last]]
+        child._ends = self._ends[:count]
+        op_count = bisect_right(self._surface_ops, (last, 2**62, 0))
+        child._surface_ops = self._surface_ops[:op_count]
+        child._turn_ends = self._turn_ends[: bisect_right(self._turn_ends, last)]
+        child._checkpoints = {seq: self._checkpoints[seq] for seq in child._turn_ends}
+        checkpoint = self._checkpoints[last]
+        nodes = self.state.nodes if count == len(self) else fold_surface(child._surface_ops)
+        child.state = LogState(
+            count=count,
+            last_time=self.event(last)["time"],
+            last_type="turn/end",
+            last_turn_end_seq=last,
+            open_turn=None,
+            open_step=None,
+            next_turn=checkpoint.next_turn,
+            next_step=checkpoint.next_step,
+            pending=set(checkpoint.pending),
+            nodes=list(nodes),
+        )
+        return child

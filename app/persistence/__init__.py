@@ -1,0 +1,1 @@
+"""Persistence: the DSH-format JSONL codec and the durable file backend under the domain's store."""

@@ -1,0 +1,293 @@
+"""The durable file backend: one DSH-format JSONL file per session in a data directory.
+
+Layout::
+
+    <data-dir>/forklog.lock          held (flock) by the one process that owns the directory
+    <data-dir>/sessions/<id>.jsonl   one file per live (or corrupt) session
+    <data-dir>/tmp/                  files being created; linked into sessions/ once whole and fsynced
+
+Every change is durable before it is acknowledged. Appends go through one writer thread that takes every append
+queued while the previous batch was syncing, writes them all and then syncs each touched file once (group commit),
+so the event loop never waits on the disk and concurrent appenders share the cost of the sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.domain.store import ID_PATTERN, SessionHeader, check_id, wall_clock_ms
+from app.persistence.codec import encode_header
+from app.persistence.errors import DataDirLocked, StorageUnavailable
+from app.persistence.recovery import CorruptLog, Recovered, recover_session
+
+log = logging.getLogger("forklog.storage")
+
+SUFFIX = ".jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class CorruptFile:
+    id: str
+    path: str
+    reason: str
+
+
+@dataclass(slots=True)
+class Recovery:
+    sessions: list[Recovered] = field(default_factory=list)
+    corrupt: list[CorruptFile] = field(default_factory=list)
+
+
+class AlreadyOnDisk(Exception):
+    """A create found a file of that id already in place (nothing was overwritten)."""
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+@dataclass(slots=True)
+class _Append:
+    path: Path
+    data: bytes
+    done: Callable[[BaseException | None], None]
+    fd: int = -1
+    size_before: int = 0
+    error: BaseException | None = None
+
+
+class _GroupCommitter:
+    """One writer thread: drain the queue, write every append, sync each touched file once, answer them all."""
+
+    def __init__(self, *, sync: bool) -> None:
+        self._sync = sync
+        self._queue: list[_Append] = []
+        self._wakeup = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="forklog-group-commit", daemon=True)
+        self._thread.start()
+
+    def submit(self, item: _Append) -> None:
+        with self._wakeup:
+            if self._closed:
+                raise StorageUnavailable("the storage is shutting down")
+            self._queue.append(item)
+            self._wakeup.notify()
+
+    def close(self) -> None:
+        with self._wakeup:
+            self._closed = True
+            self._wakeup.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._wakeup:
+                while not self._queue and not self._closed:
+                    self._wakeup.wait()
+                if not self._queue and self._closed:
+                    return
+                batch, self._queue = self._queue, []
+            self._commit(batch)
+
+    def _commit(self, batch: list[_Append]) -> None:
+        for item in batch:
+            try:
+                item.fd = os.open(item.path, os.O_WRONLY | os.O_APPEND)
+                item.size_before = os.fstat(item.fd).st_size
+                _write_all(item.fd, item.data)
+            except OSError as exc:
+                item.error = exc
+        if self._sync:
+            for item in batch:
+                if item.error is None:
+                    try:
+                        os.fdatasync(item.fd)
+                    except OSError as exc:
+                        item.error = exc
+        for item in batch:
+            if item.error is not None and item.fd >= 0:
+                self._roll_back(item)
+            if item.fd >= 0:
+                os.close(item.fd)
+            item.done(item.error)
+
+    def _roll_back(self, item: _Append) -> None:
+        # A retry must not find half a batch on disk: cut the file back to what was acknowledged.
+        try:
+            os.ftruncate(item.fd, item.size_before)
+            os.fsync(item.fd)
+        except OSError:
+            log.exception("could not roll back a failed append to %s", item.path)
+
+
+class FileJournal:
+    """Session files in ``data_dir``; the process holds the directory's lock from construction to :meth:`close`."""
+
+    def __init__(self, data_dir: Path | str, *, sync: bool = True) -> None:
+        self.data_dir = Path(data_dir).absolute()
+        self.sessions_dir = self.data_dir / "sessions"
+        self.tmp_dir = self.data_dir / "tmp"
+        self._sync = sync
+        try:
+            for folder in (self.data_dir, self.sessions_dir, self.tmp_dir):
+                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot create the data directory {self.data_dir}: {exc.strerror}") from exc
+        self._lock_fd = self._lock()
+        self._committer = _GroupCommitter(sync=sync)
+
+    def _lock(self) -> int:
+        path = self.data_dir / "forklog.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            owner = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise DataDirLocked(
+                    f"the data directory {self.data_dir} is in use by another forklog process (pid {owner})"
+                ) from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def close(self) -> None:
+        self._committer.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def path_for(self, session_id: str) -> Path:
+        # The id rule admits no separator and no leading dot: a checked id never leaves sessions/.
+        return self.sessions_dir / f"{check_id(session_id)}{SUFFIX}"
+
+    # -- create --------------------------------------------------------------------------------------------------
+
+    def create_sync(self, header: SessionHeader, lines: bytes) -> None:
+        """Write header + lines to a temp file, sync it, link it in place (never overwriting), sync the folder."""
+        final = self.path_for(header.id)
+        tmp = self.tmp_dir / f"{header.id}.{uuid.uuid4().hex[:12]}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            try:
+                _write_all(fd, encode_header(header.record()))
+                _write_all(fd, lines)
+                if self._sync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                raise AlreadyOnDisk(str(final)) from None
+            if self._sync:
+                _fsync_dir(self.sessions_dir)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    async def create(self, header: SessionHeader, lines: bytes) -> None:
+        try:
+            await asyncio.to_thread(self.create_sync, header, lines)
+        except OSError as exc:
+            raise StorageUnavailable(f"the disk refused to create session {header.id!r}: {exc.strerror}") from exc
+
+    # -- append --------------------------------------------------------------------------------------------------
+
+    async def append(self, session_id: str, lines: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def done(error: BaseException | None) -> None:
+            loop.call_soon_threadsafe(_settle, future, error)
+
+        self._committer.submit(_Append(self.path_for(session_id), lines, done))
+        await future
+
+    # -- delete --------------------------------------------------------------------------------------------------
+
+    def delete_sync(self, session_id: str) -> None:
+        """Rename the file out of sessions/ (atomic), sync the folder, then unlink it."""
+        path = self.path_for(session_id)
+        trash = self.tmp_dir / f"{session_id}.{uuid.uuid4().hex[:12]}.deleted"
+        os.rename(path, trash)
+        if self._sync:
+            _fsync_dir(self.sessions_dir)
+        os.unlink(trash)
+
+    async def delete(self, session_id: str) -> None:
+        try:
+            await asyncio.to_thread(self.delete_sync, session_id)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StorageUnavailable(f"the disk refused to delete session {session_id!r}: {exc.strerror}") from exc
+
+    # -- recovery ------------------------------------------------------------------------------------------------
+
+    def recover(self) -> Recovery:
+        """Every session file, rebuilt; a torn tail is truncated away, any other damage is reported and left alone."""
+        for leftover in self.tmp_dir.iterdir():
+            # A create or delete that crashed half-way: the file was never linked in, or was already unlinked.
+            leftover.unlink(missing_ok=True)
+        recovery = Recovery()
+        now = wall_clock_ms()
+        for path in sorted(self.sessions_dir.iterdir()):
+            name = path.name
+            session_id = name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name
+            if not name.endswith(SUFFIX) or ID_PATTERN.fullmatch(session_id) is None:
+                recovery.corrupt.append(CorruptFile(session_id, str(path), "the file name is not <valid id>.jsonl"))
+                continue
+            try:
+                data = path.read_bytes()
+                recovered = recover_session(session_id, data, now=now)
+            except CorruptLog as exc:
+                log.error("session %s is corrupt and kept out of service: %s", session_id, exc.reason)
+                recovery.corrupt.append(CorruptFile(session_id, str(path), exc.reason))
+                continue
+            except OSError as exc:
+                recovery.corrupt.append(CorruptFile(session_id, str(path), f"unreadable: {exc.strerror}"))
+                continue
+            if recovered.torn_bytes:
+                log.warning("session %s: dropped a torn last line of %d bytes", session_id, recovered.torn_bytes)
+                with open(path, "r+b") as handle:
+                    handle.truncate(recovered.committed_bytes)
+                    if self._sync:
+                        os.fsync(handle.fileno())
+            recovery.sessions.append(recovered)
+        return recovery
+
+
+def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    elif isinstance(error, OSError):
+        future.set_exception(StorageUnavailable(f"the disk refused the write: {error.strerror}"))
+    else:
+        future.set_exception(error)

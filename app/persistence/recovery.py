@@ -1,0 +1,91 @@
+"""Rebuilding a session from the bytes of its JSONL file (spec section 4, "Recovery").
+
+Only a final fragment without a trailing newline is torn (never acknowledged) and dropped. Any other damage makes
+the session corrupt: the caller leaves the file untouched and keeps the session out of service.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.domain.errors import EventRejected
+from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
+from app.domain.log import SessionLog
+from app.domain.store import Session, SessionHeader, derived_instance
+from app.persistence.codec import MalformedRecord, decode_line, header_problem, parse_line
+
+
+class CorruptLog(Exception):
+    """The file is damaged beyond a torn last line; ``reason`` says where and how."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    session: Session
+    committed_bytes: int  # the file's size after dropping a torn tail
+    torn_bytes: int  # how many bytes of torn tail were dropped
+
+
+def header_from_record(record: dict[str, object], session_id: str) -> SessionHeader:
+    created_at = int(record["createdAt"])  # type: ignore[call-overload]
+    instance = record.get("instance")
+    delegation_depth = record.get("delegationDepth")
+    seed_length = record.get("seedLength")
+    return SessionHeader(
+        id=session_id,
+        created_at=created_at,
+        instance=instance if isinstance(instance, str) else derived_instance(session_id, created_at),
+        cwd=record.get("cwd"),  # type: ignore[arg-type]
+        parent_session=record.get("parentSession"),  # type: ignore[arg-type]
+        seed_length=None if seed_length is None else int(seed_length),  # type: ignore[call-overload]
+        origin=record.get("origin"),  # type: ignore[arg-type]
+        delegation_depth=0 if delegation_depth is None else int(delegation_depth),  # type: ignore[call-overload]
+        agent_preset=record.get("agentPreset"),  # type: ignore[arg-type]
+    )
+
+
+def recover_session(session_id: str, data: bytes, *, now: int) -> Recovered:
+    """The session a file's bytes hold, or :class:`CorruptLog`."""
+    header_end = data.find(b"\n")
+    if header_end < 0:
+        raise CorruptLog("empty or header-less session log (no complete header line)")
+    try:
+        record = parse_line(data[:header_end])
+    except (JsonSyntaxError, JsonTooDeep, MalformedRecord) as exc:
+        raise CorruptLog(f"header line is not valid JSON: {exc}") from None
+    problem = header_problem(record, session_id)
+    if problem is not None:
+        raise CorruptLog(problem)
+    header = header_from_record(record, session_id)
+
+    committed = data.rfind(b"\n") + 1
+    events: list[object] = []
+    line_no = 1
+    position = header_end + 1
+    while position < committed:
+        line_end = data.index(b"\n", position)
+        line_no += 1
+        line = data[position:line_end]
+        position = line_end + 1
+        if not line.strip():
+            raise CorruptLog(f"line {line_no} is empty")
+        try:
+            decoded = decode_line(line)
+        except (JsonSyntaxError, JsonTooDeep, MalformedRecord) as exc:
+            raise CorruptLog(f"line {line_no} is not a storage record: {exc}") from None
+        for event in decoded:
+            if not isinstance(event, dict) or "seq" not in event or "time" not in event:
+                raise CorruptLog(f"line {line_no} holds an event without seq and time")
+            if event["seq"] != len(events):
+                raise CorruptLog(f"seq gap at line {line_no} (expected {len(events)}, got {event['seq']})")
+            events.append(event)
+    log = SessionLog()
+    try:
+        log.commit(log.stage(events, appended=False, now=now))
+    except EventRejected as rejected:
+        raise CorruptLog(f"event seq {rejected.index} breaks the rules: {rejected.reason}") from None
+    return Recovered(Session(header, log), committed_bytes=committed, torn_bytes=len(data) - committed)

@@ -28,3 +28,6 @@ run: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+openapi: $(STAMP)
+	$(BIN)/python -m app.api.openapi_document

@@ -1,0 +1,53 @@
+"""``python -m app`` (or ``forklog``): start the service. Flags override FORKLOG_* environment variables."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+import uvicorn
+from pydantic import ValidationError
+
+from app.api.app import create_app
+from app.api.settings import Settings
+from app.persistence.errors import StorageError
+
+
+def parse_flags(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="forklog", description="Serve forklog's HTTP API.")
+    parser.add_argument("--data-dir", help="where the session files live (FORKLOG_DATA_DIR, default ./data)")
+    parser.add_argument("--host", help="the address to listen on (FORKLOG_HOST, default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="the port (FORKLOG_PORT, default 8000)")
+    parser.add_argument("--max-body-bytes", type=int, help="request body limit (FORKLOG_MAX_BODY_BYTES, 16 MiB)")
+    parser.add_argument("--log-level", help="critical, error, warning, info or debug (FORKLOG_LOG_LEVEL)")
+    parser.add_argument(
+        "--no-fsync", dest="fsync", action="store_false", default=None, help="do not sync writes (tests only)"
+    )
+    given = vars(parser.parse_args(argv))
+    return {key: value for key, value in given.items() if value is not None}
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        settings = Settings(**parse_flags(argv))
+    except ValidationError as exc:
+        sys.exit(f"forklog: invalid settings:\n{exc}")
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        app = create_app(settings)
+    except StorageError as exc:
+        sys.exit(f"forklog: {exc}")
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,
+        server_header=False,
+    )
+
+
+if __name__ == "__main__":
+    main()

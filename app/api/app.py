@@ -1,0 +1,185 @@
+"""The app factory: ``create_app(settings)`` builds everything; nothing is built at import."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import unquote
+
+import orjson
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from app.api.problems import PROBLEM_JSON, PROBLEMS, install_problem_handlers, problem_type
+from app.api.routes import router
+from app.api.schemas import REQUEST_MODELS
+from app.api.settings import Settings
+from app.persistence.durable import DurableStore, Journal
+from app.persistence.files import FileJournal
+
+access_log = logging.getLogger("forklog.access")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+INTEGER_QUERY_PARAMETERS = {
+    "limit": {"type": "integer", "minimum": 1},
+    "from": {"type": "integer", "minimum": 0},
+    "atSeq": {"type": "integer", "minimum": 0},
+}
+
+
+class RequestGuard:
+    """Refuses a path id with an encoded slash (it would otherwise route elsewhere) and logs every request.
+
+    The log line is structured JSON with no payload: method, path, status, duration.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+            segments = raw_path.split(b"?", 1)[0].split(b"/")
+            if len(segments) > 2 and segments[1] == b"sessions" and b"%2f" in segments[2].lower():
+                await _send_problem(scope, send_and_note, "INVALID_REQUEST", "the session id must not contain '/'")
+                return
+            await self.app(scope, receive, send_and_note)
+        finally:
+            if access_log.isEnabledFor(logging.INFO):
+                access_log.info(
+                    orjson.dumps(
+                        {
+                            "method": scope.get("method"),
+                            "path": scope.get("path"),
+                            "status": status,
+                            "ms": round((time.perf_counter() - started) * 1000, 3),
+                        }
+                    ).decode()
+                )
+
+
+async def _send_problem(scope: Scope, send: Send, code: str, detail: str) -> None:
+    status, title = PROBLEMS[code]
+    body: dict[str, Any] = {
+        "type": problem_type(code),
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        "instance": unquote(scope.get("path", "")),
+    }
+    if code == "INVALID_REQUEST":
+        body["errors"] = [{"field": "id", "reason": detail}]
+    payload = orjson.dumps(body)
+    headers = [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    def build() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(
+            title="forklog",
+            version=app.version,
+            description=app.description,
+            routes=app.routes,
+        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in REQUEST_MODELS:
+            model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(model_schema.pop("$defs", {}))
+            components[model.__name__] = model_schema
+        from app.api.schemas import Problem
+
+        problem_schema = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(problem_schema.pop("$defs", {}))
+        components["Problem"] = problem_schema
+        for path_item in schema["paths"].values():
+            for operation in path_item.values():
+                for parameter in operation.get("parameters", []):
+                    if parameter["in"] == "query" and parameter["name"] in INTEGER_QUERY_PARAMETERS:
+                        parameter["schema"] = dict(INTEGER_QUERY_PARAMETERS[parameter["name"]])
+                    if parameter["in"] == "path":
+                        parameter["schema"] = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"}
+                for status, response in operation.get("responses", {}).items():
+                    if status.isdigit() and int(status) >= 400:
+                        response["content"] = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+                        response["description"] = PROBLEMS_BY_STATUS.get(int(status), "a problem")
+                operation["responses"].setdefault(
+                    "404", {"description": "no such route", "content": {PROBLEM_JSON: {"schema": _PROBLEM_REF}}}
+                )
+                operation["responses"].setdefault(
+                    "405", {"description": "wrong method", "content": {PROBLEM_JSON: {"schema": _PROBLEM_REF}}}
+                )
+                operation["responses"].setdefault(
+                    "500", {"description": "a bug", "content": {PROBLEM_JSON: {"schema": _PROBLEM_REF}}}
+                )
+        for unused in ("HTTPValidationError", "ValidationError"):
+            components.pop(unused, None)
+        app.openapi_schema = schema
+        return schema
+
+    return build
+
+
+_PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+PROBLEMS_BY_STATUS = {
+    status: ", ".join(code for code, (code_status, _) in PROBLEMS.items() if code_status == status)
+    for status in {status for status, _ in PROBLEMS.values()}
+}
+
+
+def create_app(settings: Settings | None = None, *, journal: Journal | None = None) -> FastAPI:
+    """Build the service. The journal (the data directory and its lock) is opened here unless one is given."""
+    settings = settings or Settings()
+    durable = DurableStore(journal if journal is not None else FileJournal(settings.data_dir, sync=settings.fsync))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Recovery runs while the port is open: /healthz answers, every session route answers NOT_READY.
+        recovery = asyncio.create_task(durable.recover())
+        try:
+            yield
+        finally:
+            if not recovery.done():
+                recovery.cancel()
+            await asyncio.gather(recovery, return_exceptions=True)
+            durable.close()
+
+    app = FastAPI(
+        title="forklog",
+        version="0.1.0",
+        description="Event-sourced AI-agent sessions, forked safely at turn boundaries.",
+        lifespan=lifespan,
+        generate_unique_id_function=lambda route: route.name,
+    )
+    app.state.settings = settings
+    app.state.durable = durable
+    install_problem_handlers(app)
+    app.include_router(router)
+    app.add_middleware(RequestGuard)
+    app.openapi = _openapi(app)  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,143 @@
+"""Reading a request: content type, size limit, lossless JSON, and the typed members of a body or query.
+
+The order is the contract's: a body that is not declared JSON is 415 before its size is looked at (413), and 413 is
+decided before a byte is parsed. Members are checked by hand, not by a model, because an event must reach the
+domain exactly as the client wrote it (a model would coerce ``1.0``, ``"1"`` and ``true``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+
+from app.api.problems import ApiProblem, invalid_request
+from app.domain.jsonvalue import Break, JsonSyntaxError, JsonTooDeep, is_number, is_safe_integer
+from app.domain.jsonvalue import loads as lossless_loads
+
+
+@dataclass(slots=True)
+class JsonBody:
+    """A parsed object body and the lossless breaks found in it (usually none)."""
+
+    members: dict[str, Any]
+    breaks: list[Break] = field(default_factory=list)
+
+    def element_breaks(self, member: str) -> dict[int, str]:
+        """The first break inside each element of the array ``member``, by index."""
+        found: dict[int, str] = {}
+        for item in self.breaks:
+            if len(item.path) >= 2 and item.path[0] == member and isinstance(item.path[1], int):
+                found.setdefault(item.path[1], item.reason)
+        return found
+
+    def refuse_breaks_outside(self, member: str | None) -> None:
+        """A break anywhere but inside an element of ``member`` makes the request malformed."""
+        for item in self.breaks:
+            if member is not None and len(item.path) >= 2 and item.path[0] == member and isinstance(item.path[1], int):
+                continue
+            where = ".".join(str(part) for part in item.path)
+            raise invalid_request(where, item.reason, f"{where or 'the body'}: {item.reason}")
+
+
+def _is_json_media_type(content_type: str) -> bool:
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    if media_type == "application/json":
+        return True
+    kind, _, subtype = media_type.partition("/")
+    return kind == "application" and subtype.endswith("+json")
+
+
+async def read_body(request: Request, *, limit: int, empty_is_object: bool) -> JsonBody:
+    """The request's JSON object body, or the problem the contract names for it."""
+    content_type = request.headers.get("content-type")
+    declared_length = request.headers.get("content-length")
+    length = int(declared_length) if declared_length is not None and declared_length.isdigit() else None
+    is_json = content_type is None or _is_json_media_type(content_type)
+    if not is_json and length != 0:
+        if length is None:
+            async for chunk in request.stream():
+                if chunk:
+                    break
+            else:
+                if empty_is_object:
+                    return JsonBody({})
+        raise ApiProblem(
+            "UNSUPPORTED_MEDIA_TYPE", f"the body must be JSON (application/json), not {content_type}; send JSON"
+        )
+    if length is not None and length > limit:
+        raise ApiProblem("PAYLOAD_TOO_LARGE", f"the body is {length} bytes, over the limit of {limit}; split it")
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise ApiProblem("PAYLOAD_TOO_LARGE", f"the body is over the limit of {limit} bytes; split it")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw:
+        if empty_is_object:
+            return JsonBody({})
+        raise invalid_request("", "the body is empty; send a JSON object")
+    try:
+        value, breaks = lossless_loads(raw)
+    except (JsonSyntaxError, JsonTooDeep) as exc:
+        raise invalid_request("", str(exc)) from None
+    root_break = next((item for item in breaks if item.path == ()), None)
+    if root_break is not None:
+        raise invalid_request("", root_break.reason)
+    if not isinstance(value, dict):
+        raise invalid_request("", "the body must be a JSON object")
+    return JsonBody(value, breaks)
+
+
+def refuse_unknown_members(body: JsonBody, allowed: frozenset[str]) -> None:
+    unknown = sorted(key for key in body.members if key not in allowed)
+    if unknown:
+        raise ApiProblem(
+            "INVALID_REQUEST",
+            f"unknown body member {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}",
+            errors=[{"field": key, "reason": "unknown member"} for key in unknown],
+        )
+
+
+def optional_string(body: JsonBody, name: str) -> str | None:
+    value = body.members.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid_request(name, "must be a string")
+    return value
+
+
+def optional_integer(body: JsonBody, name: str) -> int | None:
+    """A member that is a number with an integral value (``3`` and ``3.0`` alike), or absent/null."""
+    value = body.members.get(name)
+    if value is None:
+        return None
+    if not is_number(value) or not float(value).is_integer():
+        raise invalid_request(name, "must be an integer")
+    return int(value)
+
+
+def query_integer(raw: str | None, name: str, *, default: int | None = None) -> int | None:
+    """A query parameter that is a number with an integral value (``3`` and ``3.0`` alike), or absent."""
+    if raw is None:
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise invalid_request(name, "must be an integer") from None
+    if not value.is_integer():
+        raise invalid_request(name, "must be an integer")
+    # Beyond the safe range only the sign matters: every such value is out of any range the API accepts.
+    return int(value) if is_safe_integer(value) else (2**62 if value > 0 else -(2**62))
+
+
+def bounded_query_integer(raw: str | None, name: str, *, default: int, low: int, high: int) -> int:
+    value = query_integer(raw, name, default=default)
+    assert value is not None
+    if not low <= value <= high:
+        raise invalid_request(name, f"must be an integer from {low} to {high}")
+    return value

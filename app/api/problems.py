@@ -1,0 +1,141 @@
+"""Every error answer is an RFC 9457 problem (``application/problem+json``) with a stable ``code``.
+
+One table maps codes to statuses and titles, one function builds every body, and one handler per exception family
+(the domain's, the storage's, the framework's own) calls it, so no error can leave in another shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.domain.errors import SessionError
+from app.persistence.errors import StorageUnavailable
+
+log = logging.getLogger("forklog.api")
+
+PROBLEM_JSON = "application/problem+json"
+
+# code -> (status, title)
+PROBLEMS: dict[str, tuple[int, str]] = {
+    "SESSION_NOT_FOUND": (404, "Session not found"),
+    "SESSION_ALREADY_EXISTS": (409, "Session already exists"),
+    "SESSION_NOT_LIVE": (409, "Not the live session instance"),
+    "NOT_AT_TURN_BOUNDARY": (409, "Not at a turn boundary"),
+    "SEQ_CONFLICT": (409, "Sequence conflict"),
+    "INVALID_BOUNDARY": (422, "Invalid boundary"),
+    "INVALID_SEED": (422, "Invalid seed"),
+    "INVALID_EVENT": (422, "Invalid event"),
+    "INVALID_REQUEST": (422, "Invalid request"),
+    "NOT_FOUND": (404, "Not found"),
+    "METHOD_NOT_ALLOWED": (405, "Method not allowed"),
+    "PAYLOAD_TOO_LARGE": (413, "Payload too large"),
+    "UNSUPPORTED_MEDIA_TYPE": (415, "Unsupported media type"),
+    "NOT_READY": (503, "Not ready"),
+    "STORAGE_UNAVAILABLE": (503, "Storage unavailable"),
+    "SESSION_CORRUPT": (503, "Session corrupt"),
+    "INTERNAL": (500, "Internal error"),
+}
+
+
+class ApiProblem(Exception):
+    """An error decided in the HTTP layer (request syntax, limits, readiness)."""
+
+    def __init__(self, code: str, detail: str, **facts: Any) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.facts = facts
+
+
+def invalid_request(field: str, reason: str, detail: str | None = None) -> ApiProblem:
+    return ApiProblem(
+        "INVALID_REQUEST", detail or f"{field or 'the body'}: {reason}", errors=[{"field": field, "reason": reason}]
+    )
+
+
+def problem_type(code: str) -> str:
+    return f"urn:forklog:problem:{code.lower().replace('_', '-')}"
+
+
+def problem_response(request: Request, code: str, detail: str, facts: dict[str, Any] | None = None) -> Response:
+    status, title = PROBLEMS[code]
+    body: dict[str, Any] = {
+        "type": problem_type(code),
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        "instance": request.url.path,
+    }
+    if facts:
+        body.update(facts)
+    if code == "INVALID_REQUEST" and not body.get("errors"):
+        body["errors"] = [{"field": "", "reason": detail}]
+    headers = {"Allow": facts["allow"]} if facts and "allow" in facts else None
+    if headers:
+        del body["allow"]
+    return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+async def _session_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, SessionError)
+    return problem_response(request, exc.code.value, exc.detail, exc.facts)
+
+
+async def _api_problem(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiProblem)
+    return problem_response(request, exc.code, exc.detail, exc.facts)
+
+
+async def _storage_unavailable(request: Request, exc: Exception) -> Response:
+    log.error("storage refused a write: %s", exc)
+    return problem_response(request, "STORAGE_UNAVAILABLE", f"{exc}; nothing was stored, retry later")
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 404:
+        return problem_response(request, "NOT_FOUND", f"no route {request.url.path}; check the URL")
+    if exc.status_code == 405:
+        allow = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow")
+        facts = {"allow": allow} if allow else None
+        return problem_response(request, "METHOD_NOT_ALLOWED", f"{request.method} is not allowed here", facts)
+    if exc.status_code == 413:
+        return problem_response(request, "PAYLOAD_TOO_LARGE", str(exc.detail))
+    if exc.status_code == 415:
+        return problem_response(request, "UNSUPPORTED_MEDIA_TYPE", str(exc.detail))
+    if exc.status_code >= 500:
+        return problem_response(request, "INTERNAL", str(exc.detail))
+    return problem_response(request, "INVALID_REQUEST", str(exc.detail))
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    errors = []
+    for error in exc.errors():
+        location = [str(part) for part in error.get("loc", ())]
+        if location and location[0] in ("body", "query", "path", "header"):
+            location = location[1:]
+        errors.append({"field": ".".join(location), "reason": str(error.get("msg", "invalid"))})
+    return problem_response(request, "INVALID_REQUEST", "the request is malformed", {"errors": errors})
+
+
+async def _internal(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem_response(request, "INTERNAL", "an internal error occurred; please report it")
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(SessionError, _session_error)
+    app.add_exception_handler(ApiProblem, _api_problem)
+    app.add_exception_handler(StorageUnavailable, _storage_unavailable)
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _internal)

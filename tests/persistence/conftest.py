@@ -1,0 +1,50 @@
+"""Fixtures of the persistence tests: a data directory, stores opened on it (closed at teardown), DSH fixture logs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from app.persistence.durable import DurableStore
+from app.persistence.files import FileJournal
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared"
+
+OpenStore = Callable[[Path], Awaitable[DurableStore]]
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def open_store() -> Iterator[OpenStore]:
+    """``await open_store(path)``: a recovered DurableStore over a FileJournal; whatever is still open is closed."""
+    opened: list[DurableStore] = []
+
+    async def open_(path: Path) -> DurableStore:
+        store = DurableStore(FileJournal(path))
+        opened.append(store)
+        await store.recover()
+        return store
+
+    yield open_
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def dsh_logs_dir() -> Path:
+    """The shared DSH fixture logs; skipped when ../shared is not checked out, a failure on CI."""
+    path = SHARED / "fixtures" / "dsh-logs"
+    if not path.is_dir():
+        reason = f"the DSH fixture logs are not available at {path} (../shared is not checked out)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return path

@@ -60,7 +60,8 @@ class DurableStore:
         for recovered in sorted(recovery.sessions, key=lambda r: (r.session.header.created_at, r.session.id)):
             self.store.adopt(recovered.session)
         for corrupt in recovery.corrupt:
-            self.store.quarantine(corrupt.id, corrupt.reason)
+            if corrupt.names_session:
+                self.store.quarantine(corrupt.id, corrupt.reason)
         self.corrupt = recovery.corrupt
         self.ready = True
 

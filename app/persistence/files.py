@@ -40,6 +40,7 @@ class CorruptFile:
     id: str
     path: str
     reason: str
+    names_session: bool = True  # False for a stray file whose name is not <valid id>.jsonl: no id is refused
 
 
 @dataclass(slots=True)
@@ -260,7 +261,9 @@ class FileJournal:
             name = path.name
             session_id = name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name
             if not name.endswith(SUFFIX) or ID_PATTERN.fullmatch(session_id) is None:
-                recovery.corrupt.append(CorruptFile(session_id, str(path), "the file name is not <valid id>.jsonl"))
+                recovery.corrupt.append(
+                    CorruptFile(session_id, str(path), "the file name is not <valid id>.jsonl", names_session=False)
+                )
                 continue
             try:
                 data = path.read_bytes()

@@ -74,7 +74,7 @@ class _Append:
     data: bytes
     done: Callable[[BaseException | None], None]
     fd: int = -1
-    size_before: int = 0
+    size_before: int = -1  # known once the file is open and measured; nothing is written before that
     error: BaseException | None = None
 
 
@@ -128,7 +128,7 @@ class _GroupCommitter:
                     except OSError as exc:
                         item.error = exc
         for item in batch:
-            if item.error is not None and item.fd >= 0:
+            if item.error is not None and item.size_before >= 0:
                 self._roll_back(item)
             if item.fd >= 0:
                 os.close(item.fd)

@@ -206,7 +206,13 @@ class FileJournal:
             except FileExistsError:
                 raise AlreadyOnDisk(str(final)) from None
             if self._sync:
-                _fsync_dir(self.sessions_dir)
+                try:
+                    _fsync_dir(self.sessions_dir)
+                except OSError:
+                    # Not acknowledged, so not created: the id must be free on disk as it is in memory.
+                    with contextlib.suppress(OSError):
+                        os.unlink(final)
+                    raise
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)

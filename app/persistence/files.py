@@ -243,8 +243,13 @@ class FileJournal:
         trash = self.tmp_dir / f"{session_id}.{uuid.uuid4().hex[:12]}.deleted"
         os.rename(path, trash)
         if self._sync:
-            _fsync_dir(self.sessions_dir)
-        os.unlink(trash)
+            try:
+                _fsync_dir(self.sessions_dir)
+            except OSError:
+                os.rename(trash, path)  # not acknowledged: the session keeps its file
+                raise
+        with contextlib.suppress(OSError):
+            os.unlink(trash)  # the delete is durable already; recover() sweeps a leftover
 
     async def delete(self, session_id: str) -> None:
         try:

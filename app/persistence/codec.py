@@ -11,8 +11,7 @@ from typing import Any
 
 import orjson
 
-from app.domain.jsonvalue import Break, is_number, is_safe_integer
-from app.domain.jsonvalue import loads as lossless_loads
+from app.domain.jsonvalue import Break, is_number, is_safe_integer, loads_stored
 
 ROW_TAGS = frozenset({"text-chunks", "reasoning-chunks", "tool-call-chunks"})
 SESSION_FORMAT_VERSION = 0
@@ -29,7 +28,7 @@ def encode_header(record: dict[str, Any]) -> bytes:
 
 def parse_line(line: bytes) -> Any:
     """One line's JSON value, refusing anything that is not lossless JSON."""
-    value, breaks = lossless_loads(line)
+    value, breaks = loads_stored(line)
     if breaks:
         raise MalformedRecord(_describe(breaks[0]))
     return value

@@ -1,0 +1,110 @@
+"""Concurrent appenders: contiguous seqs, nothing lost, and one writer round (one sync each) for many appends."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.persistence import files
+from tests.persistence import builders as b
+from tests.persistence.conftest import OpenStore
+
+
+def test_fifty_concurrent_appenders_on_one_session_get_contiguous_seqs(data_dir: Path, open_store: OpenStore) -> None:
+    appenders = 50
+
+    async def append_pair(store: Any, who: int) -> list[dict[str, Any]]:
+        stored, _, _ = await store.append("busy", [b.log_only(f"{who}/first"), b.log_only(f"{who}/second")])
+        return stored
+
+    async def run() -> bytes:
+        store = await open_store(data_dir)
+        await store.create("busy", b.open_turn(1), None)
+        answers = await asyncio.gather(*(append_pair(store, who) for who in range(appenders)))
+        for who, stored in enumerate(answers):
+            # each batch is stored whole and in order, right where its answer says
+            assert [event["data"]["note"] for event in stored] == [f"{who}/first", f"{who}/second"]
+            assert stored[1]["seq"] == stored[0]["seq"] + 1
+        assert sorted(event["seq"] for stored in answers for event in stored) == list(range(6, 6 + 2 * appenders))
+        log = store.get("busy").log
+        for stored in answers:
+            assert log.events(stored[0]["seq"], stored[1]["seq"] + 1) == stored
+        notes = [event["data"]["note"] for event in log.events(6)]
+        assert Counter(notes) == Counter(f"{who}/{part}" for who in range(appenders) for part in ("first", "second"))
+        times = [event["time"] for event in log.events()]
+        assert times == sorted(times)
+        await store.append("busy", b.close_turn(1))
+        store.close()
+        return log.lines()
+
+    lines = asyncio.run(run())
+
+    async def after_restart() -> None:
+        store = await open_store(data_dir)
+        assert store.corrupt == []
+        assert store.get("busy").log.lines() == lines
+        assert store.get("busy").view().forkable
+
+    asyncio.run(after_restart())
+
+
+def test_concurrent_appends_on_many_sessions_share_writer_rounds(
+    data_dir: Path, open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions, rounds = 20, 5
+    batch_sizes: list[int] = []
+    syncs: Counter[str] = Counter()
+    commit = files._GroupCommitter._commit
+
+    def counting_commit(self: Any, batch: list[Any]) -> None:
+        batch_sizes.append(len(batch))
+        commit(self, batch)
+
+    def counting_fdatasync(fd: int) -> None:
+        syncs[Path(os.readlink(f"/proc/self/fd/{fd}")).stem] += 1
+        os.fdatasync(fd)
+
+    class CountingOs:
+        fdatasync = staticmethod(counting_fdatasync)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(os, name)
+
+    async def worker(store: Any, session_id: str) -> None:
+        for turn in range(2, 2 + rounds):
+            stored, _, view = await store.append(session_id, b.full_turn(turn))
+            assert stored[0]["seq"] == 11 * (turn - 1)
+            assert view.event_count == 11 * turn
+
+    async def run() -> dict[str, bytes]:
+        store = await open_store(data_dir)
+        ids = [f"s{number:02}" for number in range(sessions)]
+        for session_id in ids:
+            await store.create(session_id, b.turns(1, 1), None)
+        monkeypatch.setattr(files._GroupCommitter, "_commit", counting_commit)
+        monkeypatch.setattr(files, "os", CountingOs())
+        await asyncio.gather(*(worker(store, session_id) for session_id in ids))
+        monkeypatch.undo()
+        lines = {session_id: store.get(session_id).log.lines() for session_id in ids}
+        store.close()
+        return lines
+
+    lines = asyncio.run(run())
+    appends = sessions * rounds
+    assert sum(batch_sizes) == appends
+    assert len(batch_sizes) < appends, f"every append had a writer round (and a sync round) of its own: {batch_sizes}"
+    assert max(batch_sizes) > 1
+    # and each acknowledged append was synced: its file once per round it took part in
+    assert syncs == Counter({session_id: rounds for session_id in lines})
+
+    async def after_restart() -> None:
+        store = await open_store(data_dir)
+        assert store.corrupt == []
+        assert {session_id: store.get(session_id).log.lines() for session_id in lines} == lines
+
+    asyncio.run(after_restart())

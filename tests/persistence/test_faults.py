@@ -25,10 +25,16 @@ from tests.persistence.conftest import OpenStore
 
 
 class FaultyOs:
-    """``os`` for app.persistence.files: set an attribute (``proxy.write = ...``) to fault it, delete it to heal."""
+    """``os`` as app.persistence.files sees it: :meth:`fault` replaces one function, :meth:`heal` restores it."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
+
+    def fault(self, name: str, replacement: Callable[..., Any]) -> None:
+        setattr(self, name, replacement)
+
+    def heal(self, name: str) -> None:
+        delattr(self, name)
 
 
 @pytest.fixture
@@ -85,7 +91,7 @@ def session_file(data_dir: Path, session_id: str) -> Path:
 
 # -- append ----------------------------------------------------------------------------------------------------------
 
-APPEND_FAULTS = {
+APPEND_FAULTS: dict[str, tuple[str, Callable[..., Any]]] = {
     "write-half-then-disk-full": ("write", write_half_then_enospc),
     "write-io-error": ("write", fail()),
     "fdatasync-io-error": ("fdatasync", fail()),
@@ -107,10 +113,10 @@ def test_a_failed_append_changes_nothing_and_a_retry_continues(
         await store.append("s", b.open_turn(2))
         before = state_of(store, "s")
         on_disk = path.read_bytes()
-        setattr(fake_os, name, faulty)
+        fake_os.fault(name, faulty)
         with pytest.raises(StorageUnavailable):
             await store.append("s", b.close_turn(2))
-        delattr(fake_os, name)
+        fake_os.heal(name)
         assert path.read_bytes() == on_disk, "the failed batch left bytes behind"
         assert state_of(store, "s") == before, "the failed batch reached the log in memory"
         store.close()
@@ -136,10 +142,10 @@ def test_a_retry_in_the_same_life_gets_the_seqs_the_failed_batch_would_have_had(
     async def run() -> None:
         store = await open_store(data_dir)
         await store.create("s", b.open_turn(1), None)
-        fake_os.write = write_half_then_enospc
+        fake_os.fault("write", write_half_then_enospc)
         with pytest.raises(StorageUnavailable):
             await store.append("s", b.close_turn(1))
-        del fake_os.write
+        fake_os.heal("write")
         stored, _, _ = await store.append("s", b.close_turn(1))
         assert [event["seq"] for event in stored] == [6, 7, 8, 9, 10]
         store.close()
@@ -172,7 +178,7 @@ def test_a_failed_append_in_a_batch_fails_alone(data_dir: Path, open_store: Open
         for session_id in ("stall", "fails", "works"):
             await store.create(session_id, b.turns(1, 1), None)
         before = state_of(store, "fails")
-        fake_os.write = write
+        fake_os.fault("write", write)
         stall = asyncio.ensure_future(store.append("stall", b.full_turn(2)))
         await asyncio.sleep(0.05)
         both = asyncio.gather(
@@ -186,7 +192,7 @@ def test_a_failed_append_in_a_batch_fails_alone(data_dir: Path, open_store: Open
         assert not isinstance(worked, BaseException)
         assert worked[2].event_count == 22
         assert state_of(store, "fails") == before
-        del fake_os.write
+        fake_os.heal("write")
         store.close()
 
     with pytest.MonkeyPatch.context() as patch:
@@ -204,7 +210,7 @@ def test_a_failed_append_in_a_batch_fails_alone(data_dir: Path, open_store: Open
 
 # -- create and fork -------------------------------------------------------------------------------------------------
 
-CREATE_FAULTS = {
+CREATE_FAULTS: dict[str, tuple[str, Callable[..., Any]]] = {
     "write-half-then-disk-full": ("write", write_half_then_enospc),
     "file-fsync-io-error": ("fsync", fsync_failing_for(directories=False)),
     "link-io-error": ("link", fail()),
@@ -228,10 +234,10 @@ def test_a_failed_create_leaves_no_file_and_frees_the_id(
         store = await open_store(data_dir)
         await store.create("source", b.turns(1, 3), None)
         source = state_of(store, "source")
-        setattr(fake_os, name, faulty)
+        fake_os.fault(name, faulty)
         with pytest.raises(StorageUnavailable):
             await make(store)
-        delattr(fake_os, name)
+        fake_os.heal(name)
         assert sorted(path.name for path in (data_dir / "sessions").iterdir()) == ["source.jsonl"]
         assert list((data_dir / "tmp").iterdir()) == []
         with pytest.raises(SessionError) as caught:
@@ -253,7 +259,7 @@ def test_a_failed_create_leaves_no_file_and_frees_the_id(
 
 # -- delete ----------------------------------------------------------------------------------------------------------
 
-DELETE_FAULTS = {
+DELETE_FAULTS: dict[str, tuple[str, Callable[..., Any]]] = {
     "rename-io-error": ("rename", fail()),
     "directory-fsync-io-error": ("fsync", fsync_failing_for(directories=True)),
 }
@@ -270,10 +276,10 @@ def test_a_failed_delete_keeps_the_session(
         store = await open_store(data_dir)
         await store.create("kept", b.turns(1, 1), None)
         on_disk = path.read_bytes()
-        setattr(fake_os, name, faulty)
+        fake_os.fault(name, faulty)
         with pytest.raises(StorageUnavailable):
             await store.delete("kept")
-        delattr(fake_os, name)
+        fake_os.heal(name)
         assert path.read_bytes() == on_disk
         stored, _, _ = await store.append("kept", b.full_turn(2))
         assert stored[0]["seq"] == 11
@@ -296,9 +302,9 @@ def test_a_delete_whose_last_unlink_fails_is_still_a_delete(
     async def run() -> None:
         store = await open_store(data_dir)
         await store.create("gone", b.turns(1, 1), None)
-        fake_os.unlink = fail()
+        fake_os.fault("unlink", fail())
         await store.delete("gone")
-        del fake_os.unlink
+        fake_os.heal("unlink")
         with pytest.raises(SessionError) as caught:
             store.get("gone")
         assert caught.value.code == ErrorCode.SESSION_NOT_FOUND

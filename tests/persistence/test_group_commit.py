@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from app.persistence import files
+from app.persistence.durable import DurableStore
 from tests.persistence import builders as b
 from tests.persistence.conftest import OpenStore
 
@@ -18,7 +19,7 @@ from tests.persistence.conftest import OpenStore
 def test_fifty_concurrent_appenders_on_one_session_get_contiguous_seqs(data_dir: Path, open_store: OpenStore) -> None:
     appenders = 50
 
-    async def append_pair(store: Any, who: int) -> list[dict[str, Any]]:
+    async def append_pair(store: DurableStore, who: int) -> list[dict[str, Any]]:
         stored, _, _ = await store.append("busy", [b.log_only(f"{who}/first"), b.log_only(f"{who}/second")])
         return stored
 
@@ -75,7 +76,7 @@ def test_concurrent_appends_on_many_sessions_share_writer_rounds(
         def __getattr__(self, name: str) -> Any:
             return getattr(os, name)
 
-    async def worker(store: Any, session_id: str) -> None:
+    async def worker(store: DurableStore, session_id: str) -> None:
         for turn in range(2, 2 + rounds):
             stored, _, view = await store.append(session_id, b.full_turn(turn))
             assert stored[0]["seq"] == 11 * (turn - 1)

@@ -80,6 +80,10 @@ class SessionLog:
             return b""
         return bytes(self._body[self._start(start) : self._ends[stop - 1]])
 
+    def body_view(self) -> memoryview:
+        """All stored lines without a copy. Release it before the log grows (a bytearray cannot resize while viewed)."""
+        return memoryview(self._body)
+
     def json_array(self, start: int = 0, stop: int | None = None) -> bytes:
         """Events ``start`` .. ``stop - 1`` as one JSON array, straight from the stored bytes."""
         body = self.lines(start, stop)

@@ -20,7 +20,7 @@ T = TypeVar("T")
 class Journal(Protocol):
     """Where sessions are kept: the file backend, or the in-memory twin used by tests."""
 
-    async def create(self, header: SessionHeader, lines: bytes) -> None: ...
+    async def create(self, header: SessionHeader, lines: bytes | memoryview) -> None: ...
     async def append(self, session_id: str, lines: bytes) -> None: ...
     async def delete(self, session_id: str) -> None: ...
     def recover(self) -> Recovery: ...
@@ -30,7 +30,7 @@ class Journal(Protocol):
 class MemoryJournal:
     """A journal that keeps nothing: the store alone, for tests of the layers above."""
 
-    async def create(self, header: SessionHeader, lines: bytes) -> None:
+    async def create(self, header: SessionHeader, lines: bytes | memoryview) -> None:
         return None
 
     async def append(self, session_id: str, lines: bytes) -> None:
@@ -87,8 +87,9 @@ class DurableStore:
 
     async def _persist_create(self, pending: PendingCreate) -> SessionView:
         session = pending.session
+        body = session.log.body_view()  # the new session is not live yet: nothing appends while it is written
         try:
-            await self.journal.create(session.header, session.log.lines())
+            await self.journal.create(session.header, body)
         except AlreadyOnDisk:
             self.store.abort_create(pending)
             raise SessionError(
@@ -97,6 +98,8 @@ class DurableStore:
         except BaseException:
             self.store.abort_create(pending)
             raise
+        finally:
+            body.release()
         return self.store.commit_create(pending).view()
 
     # -- changes ---------------------------------------------------------------------------------------------------

@@ -188,7 +188,7 @@ class FileJournal:
 
     # -- create --------------------------------------------------------------------------------------------------
 
-    def create_sync(self, header: SessionHeader, lines: bytes) -> None:
+    def create_sync(self, header: SessionHeader, lines: bytes | memoryview) -> None:
         """Write header + lines to a temp file, sync it, link it in place (never overwriting), sync the folder."""
         final = self.path_for(header.id)
         tmp = self.tmp_dir / f"{header.id}.{uuid.uuid4().hex[:12]}.tmp"
@@ -217,7 +217,7 @@ class FileJournal:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
-    async def create(self, header: SessionHeader, lines: bytes) -> None:
+    async def create(self, header: SessionHeader, lines: bytes | memoryview) -> None:
         try:
             await asyncio.to_thread(self.create_sync, header, lines)
         except OSError as exc:

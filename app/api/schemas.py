@@ -20,13 +20,18 @@ class ReplaceOp(_Wire):
     end: int = Field(ge=0)
 
 
+# The object comes first: openapi-python-client (0.29) checks a ``const`` member of a union outside its try/except,
+# so with "append" first its generated clients fail to parse any event that carries a replace.
+SurfaceOp = ReplaceOp | Literal["append"]
+
+
 class NewEvent(_Wire):
     """An event to append: the server assigns ``seq`` and ``time``."""
 
     type: str = Field(min_length=1, max_length=256, examples=["turn/start"])
     data: Any = Field(description="any JSON value; the key must be present", examples=[{"turn": 1}])
     ignorable: Literal[True] | None = None
-    surfaceOp: Literal["append"] | ReplaceOp | None = Field(
+    surfaceOp: SurfaceOp | None = Field(
         None, description="required on user/message, assistant/message and tool/result; forbidden elsewhere"
     )
     sourceEventSeqs: list[int] | None = None
@@ -40,7 +45,7 @@ class Event(_Wire):
     time: int
     data: Any
     ignorable: Literal[True] | None = None
-    surfaceOp: Literal["append"] | ReplaceOp | None = None
+    surfaceOp: SurfaceOp | None = None
     sourceEventSeqs: list[int] | None = None
 
 
@@ -52,7 +57,7 @@ class SeedEvent(_Wire):
     time: int | None = None
     data: Any
     ignorable: Literal[True] | None = None
-    surfaceOp: Literal["append"] | ReplaceOp | None = None
+    surfaceOp: SurfaceOp | None = None
     sourceEventSeqs: list[int] | None = None
 
 

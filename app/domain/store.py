@@ -278,7 +278,9 @@ class SessionStore:
     # -- create ----------------------------------------------------------------------------------------------------
 
     def _next_created_at(self) -> int:
-        return max(self._clock(), self._max_created_at + 1)
+        # Reserved at prepare time: creates prepared before either commits still get distinct, increasing values.
+        self._max_created_at = max(self._clock(), self._max_created_at + 1)
+        return self._max_created_at
 
     def prepare_create(
         self,

@@ -133,7 +133,8 @@ def decode_line(line: bytes) -> list[Any]:
 def header_problem(record: Any, expected_id: str) -> str | None:
     """Why a header record is not one forklog (and DSH) can open, or None.
 
-    The version is checked first, so a newer format says "upgrade", not "corrupt".
+    The version is checked first, so a newer format says "upgrade", not "corrupt". As in DSH, an optional field
+    that is present must be valid: ``null`` is not the same as absent.
     """
     if not isinstance(record, dict) or record.get("type") != "session":
         return "first line is not a session header"
@@ -156,18 +157,18 @@ def header_problem(record: Any, expected_id: str) -> str | None:
     if not (is_safe_integer(created_at) and created_at >= 0):
         return "session header createdAt must be a non-negative safe integer"
     cwd = record.get("cwd")
-    if cwd is not None and (not isinstance(cwd, str) or not cwd.startswith("/")):
+    if "cwd" in record and (not isinstance(cwd, str) or not cwd.startswith("/")):
         return "session header cwd must be an absolute path"
     parent = record.get("parentSession")
-    if parent is not None and not isinstance(parent, str):
+    if "parentSession" in record and not isinstance(parent, str):
         return "session header parentSession must be a string"
     for key in ("seedLength", "delegationDepth"):
         value: Any = record.get(key)
-        if value is not None and not (is_safe_integer(value) and value >= 0):
+        if key in record and not (is_safe_integer(value) and value >= 0):
             return f"session header {key} must be a non-negative safe integer"
-    if record.get("origin") is not None and record.get("origin") != "subagent":
+    if "origin" in record and record["origin"] != "subagent":
         return 'session header origin must be "subagent"'
-    if record.get("agentPreset") is not None and not isinstance(record.get("agentPreset"), str):
+    if "agentPreset" in record and not isinstance(record["agentPreset"], str):
         return "session header agentPreset must be a string"
     instance = record.get("instance")
     if instance is not None and (not isinstance(instance, str) or instance == ""):

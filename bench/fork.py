@@ -1,0 +1,180 @@
+"""Fork and snapshot against copying bytes, and against DSH's own in-memory fork.
+
+Sessions of 10k, 100k and 1M events (``BENCH_FORK_SIZES``) are generated straight into a data directory as JSONL
+files (bench/gen.py) and recovered by the server at start. Then, run by run and interleaved:
+
+- copy: ``os.copy_file_range`` of the session's file into a new file, ``fsync`` of it and of its folder, which is
+  the physical floor of a durable fork (the same bytes written once, in the kernel, no parsing);
+- fork: ``POST /sessions/{id}/fork`` end to end over HTTP (the child's file is written and synced before the 201);
+  the child is deleted afterwards, outside the timing;
+- snapshot: ``POST /sessions/{id}/snapshot`` until the last byte of the answer (the seed) is read.
+
+The DSH rows run bench/dsh_fork.mjs under node on the same files: the published store creates the source session
+from the events as a seed, then forks it at the same ``turn/end``, timed inside node with ``performance.now()``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+from bench import dsh, gen
+from bench.report import Row, skipped
+from bench.util import (
+    Client,
+    env_int,
+    fsync_dir,
+    human_bytes,
+    human_count,
+    log,
+    median,
+    running,
+    start_forklog,
+)
+
+DEFAULT_SIZES = "10000,100000,1000000"
+
+
+def sizes() -> list[int]:
+    raw = os.environ.get("BENCH_FORK_SIZES", DEFAULT_SIZES)
+    return [int(part.replace("_", "")) for part in raw.split(",") if part.strip()]
+
+
+def session_id(n_events: int) -> str:
+    return f"bench-fork-{human_count(n_events).lower()}"
+
+
+def copy_and_sync(source: Path, folder: Path) -> float:
+    """Seconds to copy ``source`` into a new file of ``folder`` in the kernel and make it durable."""
+    target = folder / f"copy-{uuid.uuid4().hex}"
+    started = time.perf_counter()
+    src = os.open(source, os.O_RDONLY)
+    dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        remaining = os.fstat(src).st_size
+        while remaining > 0:
+            copied = os.copy_file_range(src, dst, remaining)
+            if copied == 0:
+                break
+            remaining -= copied
+        os.fsync(dst)
+    finally:
+        os.close(src)
+        os.close(dst)
+    fsync_dir(folder)
+    elapsed = time.perf_counter() - started
+    target.unlink()
+    return elapsed
+
+
+def runs_for(n_events: int) -> int:
+    return env_int("BENCH_RUNS", 5) if n_events < 1_000_000 else env_int("BENCH_RUNS_1M", 3)
+
+
+def run(work: Path) -> list[Row]:
+    data = work / "fork-data"
+    sessions = data / "sessions"
+    copies = data / "copies"  # same file system as the sessions
+    copies.mkdir(parents=True, exist_ok=True)
+    files: dict[int, Path] = {}
+    for i, n in enumerate(sizes()):
+        started = time.perf_counter()
+        size = gen.write_session(sessions, session_id(n), n, created_at=1_700_000_000_000 + i)
+        files[n] = sessions / f"{session_id(n)}.jsonl"
+        log(f"fork: wrote {human_count(n)} events ({human_bytes(size)}) in {time.perf_counter() - started:.1f} s")
+
+    rows: list[Row] = []
+    forks: dict[int, float] = {}
+    server = start_forklog(data, work / "logs" / "fork-forklog.log")
+    with running(server):
+        ready = server.wait_ready()
+        log(f"fork: server recovered {sum(files)} events and was ready after {ready:.1f} s")
+        client = Client(server.port)
+        for n, path in files.items():
+            sid = session_id(n)
+            size = path.stat().st_size
+            copy_times, fork_times, snap_times = [], [], []
+            for r in range(runs_for(n)):
+                copy_times.append(copy_and_sync(path, copies))
+                child = f"{sid}-child-{r}"
+                started = time.perf_counter()
+                client.expect(201, "POST", f"/sessions/{sid}/fork", {"sessionId": child})
+                fork_times.append(time.perf_counter() - started)
+                client.expect(204, "DELETE", f"/sessions/{child}")
+                started = time.perf_counter()
+                body = client.expect(200, "POST", f"/sessions/{sid}/snapshot", b"")
+                snap_times.append(time.perf_counter() - started)
+                if len(body) < size // 2:
+                    raise RuntimeError(f"snapshot of {sid} is only {len(body)} bytes")
+                del body
+            copy_s, fork_s, snap_s = median(copy_times), median(fork_times), median(snap_times)
+            forks[n] = fork_s
+            log(
+                f"fork: {human_count(n)}: copy {copy_s * 1e3:.1f} ms, fork {fork_s * 1e3:.1f} ms, "
+                f"snapshot {snap_s * 1e3:.1f} ms"
+            )
+            label = f"{human_count(n)} events ({human_bytes(size)})"
+            rows.append(
+                Row(
+                    "Fork",
+                    f"{label}: durable fork",
+                    f"{fork_s * 1e3:.1f} ms",
+                    "copy_file_range+fsync",
+                    f"{copy_s * 1e3:.1f} ms",
+                    fork_s / copy_s,
+                    "<= 3x",
+                    fork_s <= 3 * copy_s,
+                    f"median of {len(fork_times)}",
+                )
+            )
+            rows.append(
+                Row(
+                    "Fork",
+                    f"{label}: snapshot",
+                    f"{snap_s * 1e3:.1f} ms",
+                    "copy_file_range+fsync",
+                    f"{copy_s * 1e3:.1f} ms",
+                    snap_s / copy_s,
+                    note="whole seed read over HTTP",
+                )
+            )
+        client.close()
+
+    rows += dsh_rows(files, forks)
+    return rows
+
+
+def dsh_rows(files: dict[int, Path], forks: dict[int, float]) -> list[Row]:
+    wanted = {n for n in files if n >= 100_000}
+
+    def target(n: int) -> str:
+        return "< 1x" if n in wanted else ""
+
+    ready = dsh.ensure_installed()
+    if isinstance(ready, str):
+        return [skipped("DSH", f"{human_count(n)} events: DSH in-memory fork", ready, target(n)) for n in files]
+    rows = []
+    for n, path in files.items():
+        result = dsh.time_fork(ready, path, runs_for(n))
+        if isinstance(result, str):
+            rows.append(skipped("DSH", f"{human_count(n)} events: DSH in-memory fork", result, target(n)))
+            continue
+        dsh_fork = median(result["fork_ms"]) / 1e3
+        ratio = forks[n] / dsh_fork
+        log(f"dsh: {human_count(n)}: create {result['create_ms']:.0f} ms, fork {dsh_fork * 1e3:.1f} ms")
+        rows.append(
+            Row(
+                "DSH",
+                f"{human_count(n)} events: forklog durable fork vs DSH fork",
+                f"{forks[n] * 1e3:.1f} ms",
+                "DSH fork, in memory",
+                f"{dsh_fork * 1e3:.1f} ms",
+                ratio,
+                target(n),
+                ratio < 1 if n in wanted else None,
+                f"DSH create from seed {result['create_ms']:.0f} ms",
+            )
+        )
+    return rows

@@ -1,0 +1,136 @@
+"""Appends against the framework: one-event and 100-event appends by 32 clients on distinct sessions, durable.
+
+forklog runs with fsync on (its default) and ``--log-level warning``; the empty route (bench/empty_app.py) runs
+under the same uvicorn options. Each client owns one session that sits in an open step, so every append of an
+``assistant/chunk`` is valid for as long as the run lasts. The three loads are interleaved run by run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from bench.load import LoadResult, have_wrk, run_load
+from bench.report import Row
+from bench.util import Client, env_float, env_int, log, median, running, start_empty_app, start_forklog
+
+PREFIX = "bench-append-"
+CHUNK = {"type": "text-delta", "index": 0, "text": "streamed text of a model answer, forty ch"}
+
+
+def chunk_event() -> dict[str, object]:
+    return {"type": "assistant/chunk", "data": {"turn": 1, "step": 1, "chunk": CHUNK}}
+
+
+def append_body(count: int) -> bytes:
+    return orjson.dumps({"events": [chunk_event() for _ in range(count)]})
+
+
+def _open_step_seed() -> list[dict[str, object]]:
+    user = {"id": "u-1", "role": "user", "content": [{"type": "text", "text": "go"}], "source": {"kind": "user"}}
+    return [
+        {"type": "user/message", "data": user, "surfaceOp": "append"},
+        {"type": "turn/start", "data": {"turn": 1}},
+        {"type": "step/start", "data": {"turn": 1, "step": 1}},
+    ]
+
+
+def _summary(results: list[LoadResult], scale: int = 1) -> tuple[float, float, float, int]:
+    return (
+        median([r.rps * scale for r in results]),
+        median([r.p50_ms for r in results]),
+        median([r.p99_ms for r in results]),
+        sum(r.errors for r in results),
+    )
+
+
+def run(work: Path) -> list[Row]:
+    clients = env_int("BENCH_CLIENTS", 32)
+    seconds = env_float("BENCH_APPEND_SECONDS", 5.0)
+    runs = env_int("BENCH_APPEND_RUNS", 3)
+    batch = 100
+    tool = "wrk" if have_wrk() else "python (wrk not found)"
+    log(f"appends: {clients} clients, {runs} runs of {seconds:.0f} s each, load by {tool}")
+    forklog = start_forklog(work / "appends-data", work / "logs" / "appends-forklog.log")
+    empty = start_empty_app(work / "logs" / "appends-empty.log")
+    with running(forklog), running(empty):
+        forklog.wait_ready()
+        empty.wait_ready()
+        client = Client(forklog.port)
+        for i in range(clients):
+            client.expect(201, "POST", "/sessions", {"id": f"{PREFIX}{i}", "seed": _open_step_seed()})
+        client.close()
+        one, hundred = append_body(1), append_body(batch)
+        # Warm both servers up (imports, caches, the first allocations) before anything is counted.
+        run_load(forklog.port, PREFIX, one, clients=clients, seconds=1)
+        run_load(empty.port, PREFIX, one, clients=clients, seconds=1)
+        mine: list[LoadResult] = []
+        floor: list[LoadResult] = []
+        batches: list[LoadResult] = []
+        floor_batches: list[LoadResult] = []
+        for r in range(runs):
+            mine.append(run_load(forklog.port, PREFIX, one, clients=clients, seconds=seconds))
+            floor.append(run_load(empty.port, PREFIX, one, clients=clients, seconds=seconds))
+            batches.append(run_load(forklog.port, PREFIX, hundred, clients=clients, seconds=seconds))
+            floor_batches.append(run_load(empty.port, PREFIX, hundred, clients=clients, seconds=seconds))
+            log(
+                f"appends run {r + 1}/{runs}: 1 event {mine[-1].rps:,.0f} req/s (empty route {floor[-1].rps:,.0f}); "
+                f"100 events {batches[-1].rps * batch:,.0f} events/s (empty route {floor_batches[-1].rps * batch:,.0f})"
+            )
+    rps, p50, p99, errors = _summary(mine)
+    floor_rps, floor_p50, floor_p99, floor_errors = _summary(floor)
+    ev, b50, b99, b_errors = _summary(batches, batch)
+    floor_ev, fb50, fb99, fb_errors = _summary(floor_batches, batch)
+    if errors or floor_errors or b_errors or fb_errors:
+        log(f"appends: error answers: {errors} / {floor_errors} / {b_errors} / {fb_errors} (see logs)")
+    note = f"{clients} clients, fsync on"
+    return [
+        Row(
+            "Appends",
+            "1-event append: throughput",
+            f"{rps:,.0f} req/s",
+            "empty FastAPI route",
+            f"{floor_rps:,.0f} req/s",
+            rps / floor_rps,
+            ">= 0.8x",
+            rps / floor_rps >= 0.8,
+            note,
+        ),
+        Row(
+            "Appends",
+            "1-event append: p50 latency",
+            f"{p50:.2f} ms",
+            "empty route",
+            f"{floor_p50:.2f} ms",
+            p50 / floor_p50,
+        ),
+        Row(
+            "Appends",
+            "1-event append: p99 latency",
+            f"{p99:.2f} ms",
+            "empty route",
+            f"{floor_p99:.2f} ms",
+            p99 / floor_p99,
+        ),
+        Row(
+            "Appends",
+            f"{batch}-event batches: events/s",
+            f"{ev:,.0f} ev/s",
+            "fixed target",
+            "50,000 ev/s",
+            ev / 50_000,
+            ">= 50,000 ev/s",
+            ev >= 50_000,
+            note,
+        ),
+        Row(
+            "Appends",
+            f"{batch}-event batches vs empty route",
+            f"{ev:,.0f} ev/s",
+            "empty route, same body",
+            f"{floor_ev:,.0f} ev/s",
+            ev / floor_ev,
+            note=f"p50 {b50:.1f} ms / p99 {b99:.1f} ms (empty route {fb50:.1f} / {fb99:.1f} ms)",
+        ),
+    ]

@@ -1,0 +1,101 @@
+"""Restart: time from spawning the server to ``/readyz`` answering 200 with a data directory full of logs.
+
+The data directory holds ``BENCH_RESTART_BYTES`` (default 200 MB; raise it to 1 GB with
+``BENCH_RESTART_BYTES=1000000000``) of realistic sessions of ``BENCH_RESTART_SESSION_EVENTS`` events each (default
+10k, about 1.9 MB a file). The baseline reads the same files and parses every line with ``orjson.loads``: the floor of
+any recovery that looks at every event. Both run with the files in the page cache (they were just written), so
+neither figure includes the disk.
+
+Memory is the server's peak resident set (``VmHWM`` from /proc) once ready, per byte stored; an empty server's own
+peak is shown beside it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import orjson
+
+from bench import gen
+from bench.report import Row
+from bench.util import env_int, human_bytes, log, median, running, start_forklog, vm_hwm_bytes
+
+
+def build(data: Path, total_bytes: int, events_per_session: int) -> tuple[int, int, int]:
+    """Fill ``data/sessions``; return (files, bytes, events)."""
+    sessions = data / "sessions"
+    body = gen.event_lines(events_per_session)
+    files = written = 0
+    while written < total_bytes:
+        written += gen.write_session(
+            sessions, f"bench-restart-{files:05d}", events_per_session, created_at=1_700_000_000_000 + files, body=body
+        )
+        files += 1
+    return files, written, files * events_per_session
+
+
+def parse_all(sessions: Path) -> float:
+    """Seconds to read every file and ``orjson.loads`` each of its lines."""
+    started = time.perf_counter()
+    for path in sorted(sessions.iterdir()):
+        for line in path.read_bytes().split(b"\n"):
+            if line:
+                orjson.loads(line)
+    return time.perf_counter() - started
+
+
+def start_to_ready(data: Path, log_path: Path) -> tuple[float, int]:
+    server = start_forklog(data, log_path)
+    with running(server):
+        ready = server.wait_ready()
+        return ready, vm_hwm_bytes(server.pid)
+
+
+def run(work: Path) -> list[Row]:
+    total = env_int("BENCH_RESTART_BYTES", 200_000_000)
+    per_session = env_int("BENCH_RESTART_SESSION_EVENTS", 10_000)
+    runs = env_int("BENCH_RESTART_RUNS", 3)
+    data = work / "restart-data"
+    started = time.perf_counter()
+    files, stored, events = build(data, total, per_session)
+    took = time.perf_counter() - started
+    log(f"restart: wrote {files} sessions, {events:,} events, {human_bytes(stored)} in {took:.1f} s")
+    empty_ready, empty_hwm = start_to_ready(work / "restart-empty", work / "logs" / "restart-empty.log")
+    parse_times, ready_times, peaks = [], [], []
+    for r in range(runs):
+        parse_times.append(parse_all(data / "sessions"))
+        ready, peak = start_to_ready(data, work / "logs" / "restart-forklog.log")
+        ready_times.append(ready)
+        peaks.append(peak)
+        log(
+            f"restart run {r + 1}/{runs}: ready after {ready:.2f} s (parse {parse_times[-1]:.2f} s), "
+            f"VmHWM {human_bytes(peak)}"
+        )
+    parse_s, ready_s, peak = median(parse_times), median(ready_times), median(peaks)
+    label = f"{human_bytes(stored)}, {files} sessions, {events:,} events"
+    return [
+        Row(
+            "Restart",
+            f"start to /readyz ({label})",
+            f"{ready_s:.2f} s",
+            "read + orjson.loads per line",
+            f"{parse_s:.2f} s",
+            ready_s / parse_s,
+            "<= 2x",
+            ready_s <= 2 * parse_s,
+            f"{events / ready_s:,.0f} events/s recovered; empty data dir: ready after {empty_ready:.2f} s",
+        ),
+        Row(
+            "Restart",
+            "peak memory (VmHWM) per stored byte",
+            f"{peak / stored:.2f} B/B",
+            "bytes on disk",
+            human_bytes(stored),
+            peak / stored,
+            "<= 1.5x",
+            peak <= 1.5 * stored,
+            f"VmHWM {human_bytes(peak)}; empty server {human_bytes(empty_hwm)}; "
+            f"net of it {(peak - empty_hwm) / stored:.2f} B/B",
+        ),
+    ]

@@ -26,6 +26,11 @@ test: lint typecheck
 run: $(STAMP)
 	$(BIN)/python -m app
 
+# Benchmarks: forklog beside its baselines, one table (bench/README.md). The DSH rows need node and npm (else they
+# say "skipped"); the append rows use wrk when it is installed, else a Python load generator.
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
 

@@ -8,7 +8,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import unquote
 
 import orjson
 from fastapi import FastAPI
@@ -87,7 +86,7 @@ async def _send_problem(scope: Scope, send: Send, code: str, detail: str) -> Non
         "status": status,
         "detail": detail,
         "code": code,
-        "instance": unquote(scope.get("path", "")),
+        "instance": scope.get("path", ""),  # already decoded: decoding again would turn %25xx into a byte
     }
     if code == "INVALID_REQUEST":
         body["errors"] = [{"field": "id", "reason": detail}]

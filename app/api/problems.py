@@ -72,7 +72,8 @@ def problem_response(request: Request, code: str, detail: str, facts: dict[str, 
         "status": status,
         "detail": detail,
         "code": code,
-        "instance": request.url.path,
+        # The decoded path: request.url.path would re-encode a '?' or '#' that the client sent as %3F or %23.
+        "instance": request.scope["path"],
     }
     if facts:
         body.update(facts)

@@ -177,7 +177,7 @@ def create_app(settings: Settings | None = None, *, journal: Journal | None = No
     )
     app.state.settings = settings
     app.state.durable = durable
-    install_problem_handlers(app)
+    install_problem_handlers(app, router.routes)
     app.include_router(router)
     app.add_middleware(RequestGuard)
     app.openapi = _openapi(app)  # type: ignore[method-assign]

@@ -7,6 +7,7 @@ One table maps codes to statuses and titles, one function builds every body, and
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -14,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Route
 
 from app.domain.errors import SessionError
 from app.persistence.errors import StorageUnavailable
@@ -105,7 +107,7 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     if exc.status_code == 404:
         return problem_response(request, "NOT_FOUND", f"no route {request.url.path}; check the URL")
     if exc.status_code == 405:
-        allow = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow")
+        allow = ", ".join(_allowed_methods(request)) or (exc.headers or {}).get("Allow")
         facts = {"allow": allow} if allow else None
         return problem_response(request, "METHOD_NOT_ALLOWED", f"{request.method} is not allowed here", facts)
     if exc.status_code == 413:
@@ -133,7 +135,23 @@ async def _internal(request: Request, exc: Exception) -> Response:
     return problem_response(request, "INTERNAL", "an internal error occurred; please report it")
 
 
-def install_problem_handlers(app: FastAPI) -> None:
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method the API's routes of this path answer (Starlette's 405 names only the first route it tried)."""
+    path = request.scope["path"]
+    routes: Sequence[BaseRoute] = request.app.state.api_routes
+    return sorted(
+        {
+            method
+            for route in routes
+            if isinstance(route, Route) and route.path_regex.fullmatch(path)
+            for method in route.methods or ()
+        }
+    )
+
+
+def install_problem_handlers(app: FastAPI, api_routes: Sequence[BaseRoute] = ()) -> None:
+    """Answer every error as a problem; ``api_routes`` (one per method) give a 405 its whole Allow header."""
+    app.state.api_routes = api_routes
     app.add_exception_handler(SessionError, _session_error)
     app.add_exception_handler(ApiProblem, _api_problem)
     app.add_exception_handler(StorageUnavailable, _storage_unavailable)

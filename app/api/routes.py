@@ -136,8 +136,9 @@ async def list_sessions(
     page_size = bounded_query_integer(limit, "limit", default=100, low=1, high=1000)
     if parent is not None:
         check_id(parent, "parent")
-    _require_ready(durable)
+    # The store decodes the cursor, and a malformed one is request syntax: refused before readiness (spec 2.3).
     sessions, next_cursor = durable.store.page(parent=parent, limit=page_size, cursor=cursor)
+    _require_ready(durable)
     items = [session.view().to_json() for session in sessions]
     return _json(orjson.dumps({"items": items, "nextCursor": next_cursor}))
 

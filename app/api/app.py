@@ -136,6 +136,8 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
                 operation["responses"].setdefault(
                     "500", {"description": "a bug", "content": {PROBLEM_JSON: {"schema": _PROBLEM_REF}}}
                 )
+                for status, links in _LINKS.get(operation.get("operationId", ""), {}).items():
+                    operation["responses"][status]["links"] = links
         for unused in ("HTTPValidationError", "ValidationError"):
             components.pop(unused, None)
         app.openapi_schema = schema
@@ -145,6 +147,45 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
 
 
 _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+
+
+def _session_links(id_expression: str) -> dict[str, Any]:
+    """What a client can do next with the session whose id ``id_expression`` names."""
+    targets = {
+        "GetSession": "get_session",
+        "AppendEvents": "append_events",
+        "ReadEvents": "read_events",
+        "ReadHistory": "read_history",
+        "Snapshot": "snapshot_session",
+        "Fork": "fork_session",
+        "DeleteSession": "delete_session",
+    }
+    return {name: {"operationId": target, "parameters": {"id": id_expression}} for name, target in targets.items()}
+
+
+# OpenAPI links (operationId -> status -> links): the flows a client follows, create -> append -> snapshot/fork ->
+# history. Generated clients document them; stateful fuzzers (tests/fuzz) walk them.
+_LINKS: dict[str, dict[str, dict[str, Any]]] = {
+    "create_session": {"201": _session_links("$response.body#/id")},
+    "fork_session": {
+        "201": {
+            **_session_links("$response.body#/id"),
+            "ReadSourceHistory": {"operationId": "read_history", "parameters": {"id": "$request.path.id"}},
+            "ListSiblings": {"operationId": "list_sessions", "parameters": {"parent": "$request.path.id"}},
+        }
+    },
+    "append_events": {"201": _session_links("$request.path.id")},
+    "snapshot_session": {
+        "200": {
+            "CreateFromSnapshot": {
+                "operationId": "create_session",
+                "requestBody": "$response.body",
+                "description": "the snapshot posted as is creates a session equal to what fork creates",
+            },
+            "ForkSource": {"operationId": "fork_session", "parameters": {"id": "$request.path.id"}},
+        }
+    },
+}
 PROBLEMS_BY_STATUS = {
     status: ", ".join(code for code, (code_status, _) in PROBLEMS.items() if code_status == status)
     for status in {status for status, _ in PROBLEMS.values()}

@@ -1,0 +1,131 @@
+"""What the HTTP tests do again and again: wait for readiness, check a problem answer, create and fill a session."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import httpx2
+from starlette.testclient import TestClient
+
+from tests.api.builders import Event
+
+PROBLEM_JSON = "application/problem+json"
+READY_TIMEOUT = 10.0
+SESSION_FIELDS = {
+    "id",
+    "instance",
+    "createdAt",
+    "cwd",
+    "parentSession",
+    "seedLength",
+    "origin",
+    "delegationDepth",
+    "agentPreset",
+    "eventCount",
+    "lastEventType",
+    "openTurn",
+    "lastTurnEndSeq",
+    "forkable",
+}
+GENERATED_ID = re.compile(r"session-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+def wait_ready(client: TestClient) -> None:
+    """Poll ``/readyz`` until the store has recovered (it answers 503 NOT_READY until then)."""
+    deadline = time.monotonic() + READY_TIMEOUT
+    while True:
+        response = client.get("/readyz")
+        if response.status_code == 200:
+            return
+        assert_problem(response, 503, "NOT_READY")
+        assert time.monotonic() < deadline, "the service did not become ready"
+        time.sleep(0.005)
+
+
+Response = httpx.Response | httpx2.Response
+
+
+def assert_problem(
+    response: Response, status: int, code: str, *, instance: str | None = None, **facts: Any
+) -> dict[str, Any]:
+    """Check an RFC 9457 problem answer and return its body.
+
+    ``instance`` defaults to the decoded path of the request; each of ``facts`` must be in the body as given.
+    """
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM_JSON
+    body: dict[str, Any] = response.json()
+    assert body["code"] == code, body
+    assert body["status"] == status
+    assert urlsplit(body["type"]).scheme, f"type {body['type']!r} is not a URI"
+    assert isinstance(body["title"], str) and body["title"]
+    assert isinstance(body["detail"], str) and body["detail"]
+    expected_instance = response.request.url.path if instance is None else instance
+    assert body["instance"] == expected_instance, body
+    if code == "INVALID_REQUEST":
+        errors = body["errors"]
+        assert isinstance(errors, list) and errors, body
+        for error in errors:
+            assert set(error) == {"field", "reason"}
+            assert isinstance(error["field"], str) and isinstance(error["reason"], str) and error["reason"]
+    for name, value in facts.items():
+        assert name in body, f"the problem lacks {name!r}: {body}"
+        assert body[name] == value, f"{name}: {body[name]!r} != {value!r}"
+    return body
+
+
+def assert_invalid_request(response: Response, field: str, *, instance: str | None = None) -> dict[str, Any]:
+    """A 422 INVALID_REQUEST whose ``errors`` name ``field``."""
+    body = assert_problem(response, 422, "INVALID_REQUEST", instance=instance)
+    fields = [error["field"] for error in body["errors"]]
+    assert field in fields, f"errors name {fields}, not {field!r}"
+    return body
+
+
+def create(client: TestClient, **body: Any) -> dict[str, Any]:
+    """``POST /sessions`` with ``body``; the created Session."""
+    response = client.post("/sessions", json=body)
+    assert response.status_code == 201, response.text
+    session: dict[str, Any] = response.json()
+    return session
+
+
+def append(client: TestClient, session_id: str, events: list[Event], **members: Any) -> dict[str, Any]:
+    """``POST /sessions/{id}/events``; the answer ``{events, session}``."""
+    response = client.post(f"/sessions/{session_id}/events", json={"events": events, **members})
+    assert response.status_code == 201, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def get_session(client: TestClient, session_id: str) -> dict[str, Any]:
+    response = client.get(f"/sessions/{session_id}")
+    assert response.status_code == 200, response.text
+    session: dict[str, Any] = response.json()
+    return session
+
+
+def events_of(client: TestClient, session_id: str) -> list[dict[str, Any]]:
+    """Every stored event of the session."""
+    response = client.get(f"/sessions/{session_id}/events", params={"limit": 10000})
+    assert response.status_code == 200, response.text
+    events: list[dict[str, Any]] = response.json()["events"]
+    return events
+
+
+def history_of(client: TestClient, session_id: str, **params: Any) -> list[Any]:
+    response = client.get(f"/sessions/{session_id}/history", params=params)
+    assert response.status_code == 200, response.text
+    messages: list[Any] = response.json()["messages"]
+    return messages
+
+
+def fork(client: TestClient, session_id: str, **body: Any) -> dict[str, Any]:
+    response = client.post(f"/sessions/{session_id}/fork", json=body)
+    assert response.status_code == 201, response.text
+    child: dict[str, Any] = response.json()
+    return child

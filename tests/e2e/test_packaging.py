@@ -1,0 +1,127 @@
+"""Static facts of the container files (no Docker engine is needed), and their healthcheck run against a real server.
+
+The image itself is not built here; these checks keep the Dockerfile and compose file honest about what the README
+says of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.e2e.server import REPO, Server, free_port
+
+pytestmark = pytest.mark.e2e
+
+
+def instructions() -> list[tuple[str, str]]:
+    """The Dockerfile's instructions as (KEYWORD, arguments), continuation lines joined, comments dropped."""
+    text = (REPO / "Dockerfile").read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n", " ", "\n".join(lines))
+    found = []
+    for line in joined.splitlines():
+        if line.strip():
+            keyword, _, arguments = line.strip().partition(" ")
+            found.append((keyword.upper(), " ".join(arguments.split())))
+    return found
+
+
+def arguments(keyword: str) -> list[str]:
+    return [args for key, args in instructions() if key == keyword]
+
+
+def healthcheck_command() -> list[str]:
+    (healthcheck,) = arguments("HEALTHCHECK")
+    command: list[str] = json.loads(healthcheck.partition("CMD ")[2])
+    return command
+
+
+def env() -> dict[str, str]:
+    values = {}
+    for args in arguments("ENV"):
+        values.update(dict(pair.split("=", 1) for pair in args.split()))
+    return values
+
+
+def test_the_image_is_python_3_11_slim_with_the_project_installed() -> None:
+    assert arguments("FROM") == ["python:3.11-slim"]
+    copied = " ".join(arguments("COPY"))
+    assert "pyproject.toml" in copied
+    assert "app" in copied.split()
+    assert any(re.search(r"\bpip install\b", args) for args in arguments("RUN"))
+    assert json.loads(arguments("CMD")[-1]) == ["python", "-m", "app"]
+
+
+def test_the_service_runs_as_a_non_root_user() -> None:
+    users = arguments("USER")
+    assert users, "the Dockerfile must switch to a non-root USER"
+    uid = users[-1].split(":")[0]
+    assert uid not in ("root", "0")
+    assert any(f"--uid {uid}" in args for args in arguments("RUN")), "the USER's uid is created with useradd"
+
+
+def test_the_data_directory_is_a_volume_and_the_service_listens_on_all_addresses() -> None:
+    assert env()["FORKLOG_DATA_DIR"] == "/data"
+    assert env()["FORKLOG_HOST"] == "0.0.0.0"
+    assert any("/data" in args for args in arguments("VOLUME"))
+    assert any("chown" in args and "/data" in args for args in arguments("RUN")), "the non-root user owns /data"
+    assert "8000" in arguments("EXPOSE")
+
+
+def test_the_healthcheck_asks_healthz_without_curl() -> None:
+    command = healthcheck_command()
+    assert command[:2] == ["python", "-c"]
+    assert "/healthz" in command[2]
+    assert "curl" not in " ".join(command)
+
+
+def run_healthcheck(port: int) -> subprocess.CompletedProcess[str]:
+    _, flag, code = healthcheck_command()
+    return subprocess.run(
+        [sys.executable, flag, code],
+        env={**os.environ, "FORKLOG_PORT": str(port)},
+        capture_output=True,
+        text=True,
+        timeout=15,
+        check=False,
+    )
+
+
+def test_the_healthcheck_command_passes_on_a_live_server_and_fails_without_one(server: Server) -> None:
+    assert run_healthcheck(server.port).returncode == 0
+    assert run_healthcheck(free_port()).returncode != 0
+
+
+def test_the_build_context_holds_what_the_dockerfile_copies_and_nothing_local() -> None:
+    ignored = {
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    for needed in ("pyproject.toml", "README.md", "app"):
+        assert (REPO / needed).exists()
+        assert needed not in ignored
+    assert {".git", ".venv", "data"} <= ignored
+
+
+def compose() -> Any:
+    yaml = pytest.importorskip("yaml", reason="PyYAML reads docker-compose.yml")
+    return yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
+
+
+def test_compose_builds_the_image_publishes_8000_and_keeps_data_in_a_named_volume() -> None:
+    document = compose()
+    (service,) = document["services"].values()
+    assert service["build"] == "."
+    assert "8000:8000" in service["ports"]
+    mounts = [mount.split(":") for mount in service["volumes"]]
+    named = [source for source, target, *_ in mounts if target == "/data"]
+    assert named, "a volume is mounted at /data"
+    assert named[0] in document["volumes"], "the /data volume is a named volume declared at the top level"

@@ -816,9 +816,10 @@ def test_a_bracket_inside_a_completed_turn_is_inherited_as_is() -> None:
 
 def test_history_at_each_turn_end_is_the_history_of_the_prefix(rich_source: SessionStore) -> None:
     store = rich_source
+    append(store, "src", simple_turn(4))
     events = events_of(store, "src")
     ends = [item["seq"] for item in events if item["type"] == "turn/end"]
-    assert ends == [7, 20, 29]
+    assert ends == [7, 20, 29, 37]
     for at_seq in ends:
         prefix = create(make_store(), "p", events[: at_seq + 1])
         messages, count = store.history("src", at_seq)
@@ -828,6 +829,7 @@ def test_history_at_each_turn_end_is_the_history_of_the_prefix(rich_source: Sess
     assert len(history_of(store, "src", 20)) == 7
     assert history_of(store, "src", 20)[0] == events[2]["data"]
     assert history_of(store, "src", 29)[0] == events[21]["data"]
+    assert history_of(store, "src", 37)[0] == events[21]["data"]
 
 
 def test_history_without_at_seq_is_the_whole_log() -> None:
@@ -847,6 +849,7 @@ def test_forks_at_every_turn_end_with_tool_turns() -> None:
         child = fork(store, "src", at_seq=seq)
         assert child.log.events() == events[: seq + 1]
         assert child.log.history() == history_of(store, "src", seq)
+        assert child.log.history() == create(make_store(), "p", events[: seq + 1]).log.history()
         assert child.view().last_turn_end_seq == seq
         # the child's next turn number follows the boundary's turn
         turn = events[seq]["data"]["turn"]

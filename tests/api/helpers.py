@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import httpx2
+from fastapi import FastAPI
 from starlette.testclient import TestClient
 
 from tests.api.builders import Event
@@ -47,6 +51,23 @@ def wait_ready(client: TestClient) -> None:
 
 
 Response = httpx.Response | httpx2.Response
+
+
+@asynccontextmanager
+async def serve(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """An async client of ``app``, started and ready, inside the running event loop.
+
+    Unlike the TestClient (whose portal runs one request at a time) every request runs concurrently on this loop,
+    as under a real server; and the request path is decoded once, as a server decodes it.
+    """
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://forklog") as client:
+            deadline = time.monotonic() + READY_TIMEOUT
+            while (await client.get("/readyz")).status_code != 200:
+                assert time.monotonic() < deadline, "the service did not become ready"
+                await asyncio.sleep(0.005)
+            yield client
 
 
 def assert_problem(

@@ -46,6 +46,10 @@ PROBLEMS: dict[str, tuple[int, str]] = {
 }
 
 
+# Answers given without reading the request body (or all of it).
+UNREAD_BODY_CODES = frozenset({"PAYLOAD_TOO_LARGE", "UNSUPPORTED_MEDIA_TYPE"})
+
+
 class ApiProblem(Exception):
     """An error decided in the HTTP layer (request syntax, limits, readiness)."""
 
@@ -81,9 +85,13 @@ def problem_response(request: Request, code: str, detail: str, facts: dict[str, 
         body.update(facts)
     if code == "INVALID_REQUEST" and not body.get("errors"):
         body["errors"] = [{"field": "", "reason": detail}]
-    headers = {"Allow": facts["allow"]} if facts and "allow" in facts else None
+    headers = {"Allow": facts["allow"]} if facts and "allow" in facts else {}
     if headers:
         del body["allow"]
+    if code in UNREAD_BODY_CODES:
+        # The body was refused unread: close the connection rather than let the server drain (read and discard)
+        # up to the whole of it, as it would to keep a keep-alive connection usable.
+        headers["Connection"] = "close"
     return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 import orjson
@@ -65,6 +66,14 @@ def _require_ready(durable: DurableStore) -> None:
 
 def _json(content: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(content, status_code=status, media_type="application/json", headers=headers)
+
+
+def _dumps_deep(value: Any) -> bytes:
+    """JSON of a value that may nest as deep as a stored event allows (1,000 levels), beyond orjson's 254."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # "Recursion limit reached"
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def _session_json(view: SessionView) -> bytes:
@@ -227,7 +236,7 @@ async def read_history(
     boundary = query_integer(at_seq, "atSeq")
     _require_ready(durable)
     messages, count = durable.store.history(id, boundary)
-    return _json(orjson.dumps({"messages": messages, "eventCount": count}))
+    return _json(_dumps_deep({"messages": messages, "eventCount": count}))
 
 
 # -- snapshot and fork -----------------------------------------------------------------------------------------------

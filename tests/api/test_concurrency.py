@@ -144,7 +144,9 @@ def test_forks_racing_a_turn_in_progress_never_cut_it(make_app: AppFactory) -> N
                     await asyncio.sleep(0)
                 return children, refusals
 
-            _, *results = await asyncio.gather(writer(), *(forker() for _ in range(forkers)))
+            forking = [asyncio.create_task(forker()) for _ in range(forkers)]
+            await writer()
+            results = await asyncio.gather(*forking)
             children = [child for made, _ in results for child in made]
             refusals = [refusal for _, refused in results for refusal in refused]
             child_events = [await _events(client, child["id"]) for child in children]

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck run bench clean openapi
+.PHONY: test lint typecheck run bench bench-profile clean openapi
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,12 @@ run: $(STAMP)
 # say "skipped"); the append rows use wrk when it is installed, else a Python load generator.
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Optional: profile the server on one scenario (SCENARIO=append1|batch100|fork|restart) with py-spy, which this
+# installs into .venv on demand (a tool, not a dependency of the service).
+bench-profile: $(STAMP)
+	$(BIN)/pip install --quiet py-spy
+	$(BIN)/python -m bench.profile $(or $(SCENARIO),append1)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -53,37 +53,42 @@ def run(work: Path) -> list[Row]:
     tool = "wrk" if have_wrk() else "python (wrk not found)"
     log(f"appends: {clients} clients, {runs} runs of {seconds:.0f} s each, load by {tool}")
     forklog = start_forklog(work / "appends-data", work / "logs" / "appends-forklog.log")
+    unsynced = start_forklog(work / "appends-nosync", work / "logs" / "appends-nosync.log", fsync=False)
     empty = start_empty_app(work / "logs" / "appends-empty.log")
-    with running(forklog), running(empty):
-        forklog.wait_ready()
-        empty.wait_ready()
-        client = Client(forklog.port)
-        for i in range(clients):
-            client.expect(201, "POST", "/sessions", {"id": f"{PREFIX}{i}", "seed": _open_step_seed()})
-        client.close()
+    with running(forklog), running(unsynced), running(empty):
         one, hundred = append_body(1), append_body(batch)
-        # Warm both servers up (imports, caches, the first allocations) before anything is counted.
-        run_load(forklog.port, PREFIX, one, clients=clients, seconds=1)
-        run_load(empty.port, PREFIX, one, clients=clients, seconds=1)
+        for server in (forklog, unsynced, empty):
+            server.wait_ready()
+            if server is not empty:
+                client = Client(server.port)
+                for i in range(clients):
+                    client.expect(201, "POST", "/sessions", {"id": f"{PREFIX}{i}", "seed": _open_step_seed()})
+                client.close()
+            # Warm up (imports, caches, the first allocations) before anything is counted.
+            run_load(server.port, PREFIX, one, clients=clients, seconds=1)
         mine: list[LoadResult] = []
         floor: list[LoadResult] = []
+        nosync: list[LoadResult] = []
         batches: list[LoadResult] = []
         floor_batches: list[LoadResult] = []
         for r in range(runs):
             mine.append(run_load(forklog.port, PREFIX, one, clients=clients, seconds=seconds))
             floor.append(run_load(empty.port, PREFIX, one, clients=clients, seconds=seconds))
+            nosync.append(run_load(unsynced.port, PREFIX, one, clients=clients, seconds=seconds))
             batches.append(run_load(forklog.port, PREFIX, hundred, clients=clients, seconds=seconds))
             floor_batches.append(run_load(empty.port, PREFIX, hundred, clients=clients, seconds=seconds))
             log(
-                f"appends run {r + 1}/{runs}: 1 event {mine[-1].rps:,.0f} req/s (empty route {floor[-1].rps:,.0f}); "
-                f"100 events {batches[-1].rps * batch:,.0f} events/s (empty route {floor_batches[-1].rps * batch:,.0f})"
+                f"appends run {r + 1}/{runs}: 1 event {mine[-1].rps:,.0f} req/s (empty route {floor[-1].rps:,.0f}, "
+                f"no fsync {nosync[-1].rps:,.0f}); 100 events {batches[-1].rps * batch:,.0f} events/s "
+                f"(empty route {floor_batches[-1].rps * batch:,.0f})"
             )
     rps, p50, p99, errors = _summary(mine)
     floor_rps, floor_p50, floor_p99, floor_errors = _summary(floor)
     ev, b50, b99, b_errors = _summary(batches, batch)
     floor_ev, fb50, fb99, fb_errors = _summary(floor_batches, batch)
-    if errors or floor_errors or b_errors or fb_errors:
-        log(f"appends: error answers: {errors} / {floor_errors} / {b_errors} / {fb_errors} (see logs)")
+    ns_rps, ns50, ns99, ns_errors = _summary(nosync)
+    if errors or floor_errors or ns_errors or b_errors or fb_errors:
+        log(f"appends: error answers: {errors} / {floor_errors} / {ns_errors} / {b_errors} / {fb_errors} (see logs)")
     note = f"{clients} clients, fsync on"
     return [
         Row(
@@ -112,6 +117,15 @@ def run(work: Path) -> list[Row]:
             "empty route",
             f"{floor_p99:.2f} ms",
             p99 / floor_p99,
+        ),
+        Row(
+            "Appends",
+            "1-event append, fsync off (CPU ceiling)",
+            f"{ns_rps:,.0f} req/s",
+            "empty FastAPI route",
+            f"{floor_rps:,.0f} req/s",
+            ns_rps / floor_rps,
+            note=f"informative: --no-fsync; p50 {ns50:.2f} ms / p99 {ns99:.2f} ms",
         ),
         Row(
             "Appends",

@@ -135,8 +135,8 @@ def spawn(argv: list[str], log_path: Path, port: int) -> Server:
     return Server(process, port, log_path, started)
 
 
-def forklog_argv(port: int, data_dir: Path, *, log_level: str = "warning") -> list[str]:
-    return [
+def forklog_argv(port: int, data_dir: Path, *, log_level: str = "warning", fsync: bool = True) -> list[str]:
+    argv = [
         sys.executable,
         "-m",
         "app",
@@ -147,11 +147,12 @@ def forklog_argv(port: int, data_dir: Path, *, log_level: str = "warning") -> li
         "--log-level",
         log_level,
     ]
+    return argv if fsync else [*argv, "--no-fsync"]
 
 
-def start_forklog(data_dir: Path, log_path: Path, *, log_level: str = "warning") -> Server:
+def start_forklog(data_dir: Path, log_path: Path, *, log_level: str = "warning", fsync: bool = True) -> Server:
     port = free_port()
-    return spawn(forklog_argv(port, data_dir, log_level=log_level), log_path, port)
+    return spawn(forklog_argv(port, data_dir, log_level=log_level, fsync=fsync), log_path, port)
 
 
 def start_empty_app(log_path: Path) -> Server:

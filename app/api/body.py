@@ -7,6 +7,7 @@ domain exactly as the client wrote it (a model would coerce ``1.0``, ``"1"`` and
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,14 +123,17 @@ def optional_integer(body: JsonBody, name: str) -> int | None:
     return int(value)
 
 
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
 def query_integer(raw: str | None, name: str, *, default: int | None = None) -> int | None:
     """A query parameter that is a number with an integral value (``3`` and ``3.0`` alike), or absent."""
     if raw is None:
         return default
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        raise invalid_request(name, "must be an integer") from None
+    text = raw.strip()
+    if _JSON_NUMBER.fullmatch(text) is None:  # float() would also take "1_0", "+3", "nan" and "infinity"
+        raise invalid_request(name, "must be an integer")
+    value = float(text)
     if not value.is_integer():
         raise invalid_request(name, "must be an integer")
     # Beyond the safe range only the sign matters: every such value is out of any range the API accepts.

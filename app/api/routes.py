@@ -33,6 +33,7 @@ from app.api.schemas import (
     SnapshotOut,
     SnapshotRequest,
 )
+from app.domain.jsonvalue import MAX_SAFE_INTEGER
 from app.domain.store import META_KEYS, SessionView, check_id
 from app.persistence.durable import DurableStore
 
@@ -210,7 +211,7 @@ async def read_events(
     limit: Annotated[str | None, Query(description="at most this many events, 1-10000 (default 1000)")] = None,
 ) -> Response:
     check_id(id)
-    start = bounded_query_integer(from_, "from", default=0, low=0, high=2**62)
+    start = bounded_query_integer(from_, "from", default=0, low=0, high=MAX_SAFE_INTEGER)
     count = bounded_query_integer(limit, "limit", default=1000, low=1, high=10000)
     _require_ready(durable)
     log = durable.get(id).log

@@ -154,6 +154,12 @@ def test_an_appended_event_must_not_carry_seq_or_time(client: TestClient, member
     assert member in body["reason"]
 
 
+def test_null_members_of_an_append_count_as_absent(client: TestClient) -> None:
+    create(client, id="s")
+
+    assert append(client, "s", [note("a")], expectedSeq=None, instance=None)["session"]["eventCount"] == 1
+
+
 def test_expected_seq_guards_an_append(client: TestClient) -> None:
     create(client, id="s", seed=turn(1))
 
@@ -247,15 +253,27 @@ def test_read_takes_up_to_10000_events(client: TestClient) -> None:
     assert len(client.get("/sessions/s/events").json()["events"]) == 1000  # the default limit
 
 
+def test_read_from_the_largest_seq(client: TestClient) -> None:
+    create(client, id="s")
+
+    page = client.get("/sessions/s/events", params={"from": "9007199254740991"}).json()
+
+    assert page == {"events": [], "nextSeq": 9007199254740991, "eventCount": 0}
+
+
 @pytest.mark.parametrize(
     ("params", "field"),
     [
         ({"limit": "0"}, "limit"),
         ({"limit": "10001"}, "limit"),
         ({"limit": "many"}, "limit"),
+        ({"limit": "1_0"}, "limit"),
         ({"from": "-1"}, "from"),
         ({"from": "one"}, "from"),
         ({"from": "0.5"}, "from"),
+        ({"from": "9007199254740992"}, "from"),  # beyond any seq: nextSeq would not be a safe integer
+        ({"from": "1e20"}, "from"),
+        ({"from": "0x10"}, "from"),
     ],
 )
 def test_read_refuses_a_bad_from_or_limit(client: TestClient, params: dict[str, str], field: str) -> None:

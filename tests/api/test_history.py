@@ -99,7 +99,7 @@ def test_the_history_of_an_empty_session(client: TestClient) -> None:
     assert client.get("/sessions/s/history").json() == {"messages": [], "eventCount": 0}
 
 
-@pytest.mark.parametrize("at_seq", ["abc", "1.5", "", "true", "nan", "inf"])
+@pytest.mark.parametrize("at_seq", ["abc", "1.5", "", "true", "nan", "inf", "8_0", "0x8", "8e"])
 def test_history_refuses_an_at_seq_that_is_not_an_integer(client: TestClient, at_seq: str) -> None:
     create(client, id="s", seed=turn(1))
 

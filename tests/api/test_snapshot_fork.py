@@ -200,6 +200,15 @@ def test_a_snapshot_posted_as_is_creates_the_forks_child(client: TestClient) -> 
     assert history_of(client, made["id"]) == history_of(client, forked["id"])
 
 
+def test_null_members_of_a_fork_count_as_absent(client: TestClient) -> None:
+    create(client, id="src", seed=turn(1))
+
+    child = fork(client, "src", sessionId=None, atSeq=None, expectedSeq=None, instance=None)
+
+    assert GENERATED_ID.fullmatch(child["id"])
+    assert child["seedLength"] == 9
+
+
 def test_fork_works_bare(client: TestClient) -> None:
     create(client, id="src", seed=turn(1))
 

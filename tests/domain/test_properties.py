@@ -150,11 +150,11 @@ def valid_logs(draw: st.DrawFn, *, max_turns: int = 4, may_end_open: bool = True
     return log
 
 
-def batches(draw: st.DrawFn, count: int) -> list[int]:
+def batches(data: st.DataObject, count: int) -> list[int]:
     """Random batch sizes that add up to ``count``."""
     sizes: list[int] = []
     while sum(sizes) < count:
-        sizes.append(draw(st.integers(1, min(8, count - sum(sizes)))))
+        sizes.append(data.draw(st.integers(1, min(8, count - sum(sizes)))))
     return sizes
 
 
@@ -169,7 +169,7 @@ def test_a_valid_log_is_accepted_as_a_seed_and_appended_in_any_batches(data: st.
     seeded = create(store, "seeded", copy.deepcopy(log.events))
     create(store, "appended")
     offset = 0
-    for size in batches(data.draw, len(log.events)):
+    for size in batches(data, len(log.events)):
         stored = append(store, "appended", copy.deepcopy(log.events[offset : offset + size]), expected_seq=offset)
         assert [item["seq"] for item in stored] == list(range(offset, offset + size))
         offset += size
@@ -224,9 +224,10 @@ def corruptions(item: dict[str, Any]) -> list[str]:
     return found
 
 
-def corrupt(draw: st.DrawFn, item: dict[str, Any], how: str) -> dict[str, Any]:
+def corrupt(data_object: st.DataObject, item: dict[str, Any], how: str) -> dict[str, Any]:
+    draw = data_object.draw
     bad = copy.deepcopy(item)
-    data = bad.get("data")
+    data: Any = bad.get("data")
     if how == "drop-type":
         del bad["type"]
     elif how == "drop-data":
@@ -284,7 +285,7 @@ def test_a_single_corruption_is_rejected_at_its_index(data: st.DataObject, mode:
     index = data.draw(st.integers(0, len(log.events) - 1), label="index")
     how = data.draw(st.sampled_from(corruptions(log.events[index])), label="corruption")
     events = copy.deepcopy(log.events)
-    events[index] = corrupt(data.draw, events[index], how)
+    events[index] = corrupt(data, events[index], how)
     store = make_store()
     create(store, "target")
     error = refusal(store, mode, events)

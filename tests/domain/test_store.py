@@ -855,3 +855,18 @@ def test_forks_at_every_turn_end_with_tool_turns() -> None:
         turn = events[seq]["data"]["turn"]
         refused(ErrorCode.INVALID_EVENT, store.prepare_append, child.id, [turn_start(turn + 2)])
         append(store, child.id, [turn_start(turn + 1), step_start(turn + 1, 1), step_end(turn + 1, 1)])
+
+
+def test_a_fork_of_a_missing_deleted_or_stale_source() -> None:
+    # facts 9.1 #9-#11: an unknown id and a deleted one are not found; a stale incarnation is not live
+    store = make_store()
+    refused(ErrorCode.SESSION_NOT_FOUND, store.prepare_fork, "missing")
+    stale = create(store, "src", simple_turn(1)).header.instance
+    store.prepare_delete("src")
+    store.commit_delete("src")
+    refused(ErrorCode.SESSION_NOT_FOUND, store.prepare_fork, "src", instance=stale)
+    create(store, "src", simple_turn(1))
+    error = refused(ErrorCode.SESSION_NOT_LIVE, store.prepare_fork, "src", instance=stale, child_id="kid")
+    assert "re-read" in error.detail
+    assert "kid" not in store
+    assert ids(store.page()[0]) == ["src"]

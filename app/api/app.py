@@ -36,7 +36,7 @@ INTEGER_QUERY_PARAMETERS = {
 
 
 class RequestGuard:
-    """Refuses a path id with an encoded slash (it would otherwise route elsewhere) and logs every request.
+    """Refuses an encoded slash (in a session id a malformed id, elsewhere no route) and logs every request.
 
     The log line is structured JSON with no payload: method, path, status, duration.
     """
@@ -58,10 +58,16 @@ class RequestGuard:
             await send(message)
 
         try:
-            raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
-            segments = raw_path.split(b"?", 1)[0].split(b"/")
-            if len(segments) > 2 and segments[1] == b"sessions" and b"%2f" in segments[2].lower():
-                await _send_problem(scope, send_and_note, "INVALID_REQUEST", "the session id must not contain '/'")
+            raw_path: bytes = (scope.get("raw_path") or scope["path"].encode()).split(b"?", 1)[0]
+            if b"%2f" in raw_path.lower():
+                segments = raw_path.split(b"/")
+                if len(segments) > 2 and segments[1] == b"sessions" and b"%2f" in segments[2].lower():
+                    detail = "the session id must not contain '/'"
+                    await _send_problem(scope, send_and_note, "INVALID_REQUEST", detail)
+                else:  # an encoded slash is a character of its segment: no route has such a segment
+                    await _send_problem(
+                        scope, send_and_note, "NOT_FOUND", f"no route {raw_path.decode('latin-1')}; check the URL"
+                    )
                 return
             await self.app(scope, receive, send_and_note)
         finally:

@@ -430,6 +430,19 @@ def test_a_problem_names_the_path_decoded_once(make_app: AppFactory) -> None:
     assert_invalid_request(percent, "id", instance="/sessions/a%41")
 
 
+def test_an_encoded_slash_outside_the_id_names_no_route(make_app: AppFactory) -> None:
+    # %2F is a character of a segment, not a separator: /sessions%2Fs is not /sessions/s.
+    paths = ("/sessions%2Fs", "/sessions%2Fs%2Fevents", "/sessions/s/events%2F", "/healthz%2F")
+
+    async def main() -> list[Any]:
+        async with serve(make_app()) as client:
+            assert (await client.post("/sessions", json={"id": "s"})).status_code == 201
+            return [await client.get(path) for path in paths]
+
+    for response in asyncio.run(main()):
+        assert_problem(response, 404, "NOT_FOUND")
+
+
 def test_an_id_of_128_characters_is_an_id(client: TestClient) -> None:
     session_id = "a" * 128
 

@@ -36,12 +36,15 @@ def test_a_restarted_service_serves_what_it_acknowledged(make_app: AppFactory, m
         created = create(first, id="kept", meta={"cwd": "/work"})
         append(first, "kept", turn(1))
         append(first, "kept", turn(2)[:3])  # turn 2 stays open across the restart
+        create(first, id="another")
         before = get_session(first, "kept")
         stored = events_of(first, "kept")
+        listed = first.get("/sessions").json()
 
     second = make_client()  # the same data directory
 
-    assert second.get("/readyz").json() == {"status": "ready", "sessions": 1, "corrupt": []}
+    assert second.get("/readyz").json() == {"status": "ready", "sessions": 2, "corrupt": []}
+    assert second.get("/sessions").json() == listed  # the same sessions, in the same order
     assert get_session(second, "kept") == before
     assert before["instance"] == created["instance"]
     assert before["openTurn"] == 2

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from app.domain.errors import ErrorCode, SessionError
+from app.domain.jsonvalue import loads
 from app.domain.store import Session
 from tests.domain.builders import (
     T0,
@@ -23,6 +24,7 @@ from tests.domain.builders import (
     assistant_message,
     create,
     event,
+    fork,
     make_store,
     not_started_result,
     numbered,
@@ -1125,3 +1127,33 @@ def test_non_message_events_never_change_the_history(mode: str) -> None:
     b = submit(mode, copy.deepcopy(noisy))
     assert history(a) == history(b)
     assert len(history(a)) == 3
+
+
+def nested(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_an_event_nested_as_deep_as_lossless_json_allows_is_stored_and_read_back() -> None:
+    # A request body may nest 1,000 levels; {"events": [{"data": ...}]} takes 3 of them, leaving 997 for data.
+    body = b'{"events": [{"type": "note/x", "data": ' + b"[" * 997 + b"0" + b"]" * 997 + b"}]}"
+    value, breaks = loads(body)
+    assert breaks == []
+    store = make_store()
+    create(store, "s")
+    stored_events = append(store, "s", value["events"])
+    assert stored_events[0]["data"] == nested(997)
+    assert store.get("s").log.events() == stored_events
+    assert store.get("s").log.event(0)["data"] == nested(997)
+    # a deep message reaches the history, a seed and a fork alike
+    deep_message = {
+        **user_message(),
+        "data": {**user_data(), "content": [{"type": "text", "text": "x", "deep": nested(990)}]},
+    }
+    append(store, "s", [deep_message, turn_start(1), turn_end(1)])
+    assert store.history("s")[0][0]["content"][0]["deep"] == nested(990)
+    child = fork(store, "s")
+    assert child.log.lines() == store.get("s").log.lines()
+    assert create(store, "copy", store.get("s").log.events()).log.lines() == child.log.lines()

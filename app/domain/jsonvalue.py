@@ -235,11 +235,10 @@ def loads_stored(line: bytes) -> tuple[Any, list[Break]]:
         return loads(line)
     try:
         value = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        canonical = orjson.dumps(value) == line
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):  # not JSON, or deeper than orjson writes
         return loads(line)
-    if orjson.dumps(value) != line:
-        return loads(line)
-    return value, []
+    return (value, []) if canonical else loads(line)
 
 
 def is_marker(value: Any) -> bool:

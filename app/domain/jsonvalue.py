@@ -54,6 +54,10 @@ class _Refused(ValueError):
     pass
 
 
+class _NotJson(ValueError):
+    """NaN and Infinity are no JSON values at all: the document does not parse."""
+
+
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(rb"[^\[\]{}]")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -101,7 +105,7 @@ def _strict_float(text: str) -> float:
 
 
 def _strict_constant(text: str) -> Any:
-    raise _Refused(f"{text} is not a JSON number")
+    raise _NotJson(f"{text} is not a JSON value")
 
 
 def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -150,7 +154,7 @@ _STRICT = json.JSONDecoder(
 _MARKING = json.JSONDecoder(
     parse_int=_marking_int,
     parse_float=_marking_float,
-    parse_constant=lambda text: _Marker(f"{text} is not a JSON number"),
+    parse_constant=_strict_constant,
     object_pairs_hook=_marking_object,
 )
 
@@ -198,10 +202,13 @@ def loads(data: bytes | str) -> tuple[Any, list[Break]]:
         raise JsonTooDeep(f"JSON nests deeper than {MAX_DEPTH} levels")
     _ensure_recursion_room()
     try:
-        value = _STRICT.decode(text)
-    except _Refused:
-        value = _MARKING.decode(text)
-        return value, list(_walk_breaks(value, ()))
+        try:
+            value = _STRICT.decode(text)
+        except _Refused:
+            value = _MARKING.decode(text)
+            return value, list(_walk_breaks(value, ()))
+    except _NotJson as exc:
+        raise JsonSyntaxError(f"the body is not valid JSON: {exc}") from None
     except json.JSONDecodeError as exc:
         raise JsonSyntaxError(
             f"the body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"

@@ -31,7 +31,7 @@ run: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
-# Optional: profile the server on one scenario (SCENARIO=append1|batch100|fork|restart) with py-spy, which this
+# Optional: profile the server on one scenario (SCENARIO=append1|append1-nofsync|batch100|fork|restart) with py-spy, which this
 # installs into .venv on demand (a tool, not a dependency of the service).
 bench-profile: $(STAMP)
 	$(BIN)/pip install --quiet py-spy

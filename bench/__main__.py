@@ -21,7 +21,7 @@ import orjson
 from bench import appends, fork, restart
 from bench.load import have_wrk
 from bench.report import Row, render
-from bench.util import log
+from bench.util import fdatasync_latency, log
 
 SECTIONS: dict[str, Callable[[Path], list[Row]]] = {
     "fork": fork.run,
@@ -30,7 +30,7 @@ SECTIONS: dict[str, Callable[[Path], list[Row]]] = {
 }
 
 
-def header(elapsed: float | None = None) -> str:
+def header(probes: list[tuple[float, float]], elapsed: float | None = None) -> str:
     load = os.getloadavg()
     loadgen = "wrk"
     if not have_wrk():
@@ -40,8 +40,15 @@ def header(elapsed: float | None = None) -> str:
         f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, load average at the end "
         f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, load generator: {loadgen}",
     ]
+    lines.append(
+        "fdatasync of a small append on the work folder's file system, median / p90: "
+        + ", ".join(f"{m:.2f} / {p:.2f} ms" for m, p in probes)
+        + " (at the start, at the end)"
+    )
     if load[1] > 1.5:
         lines.append("WARNING: the machine was busy with other work; figures are noisier than on a quiet machine")
+    if max(m for m, _ in probes) > 0.5:
+        lines.append("WARNING: fdatasync is slow (another process is using the disk): durable figures are pessimistic")
     if elapsed is not None:
         lines.append(f"run time: {elapsed:.0f} s")
     return "\n".join(lines)
@@ -58,17 +65,19 @@ def main() -> int:
     log(f"working in {work}")
     started = time.perf_counter()
     rows: list[Row] = []
+    probes = [fdatasync_latency(work)]
     try:
         for name in chosen:
             section_started = time.perf_counter()
             rows += SECTIONS[name](work)
             log(f"{name}: done in {time.perf_counter() - section_started:.0f} s")
+        probes.append(fdatasync_latency(work))
     finally:
         if os.environ.get("BENCH_KEEP"):
             log(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    print(render(rows, header(time.perf_counter() - started)))
+    print(render(rows, header(probes, time.perf_counter() - started)))
     json_path = os.environ.get("BENCH_JSON")
     if json_path:
         Path(json_path).write_bytes(orjson.dumps([row.as_json() for row in rows], option=orjson.OPT_INDENT_2))

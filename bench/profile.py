@@ -1,6 +1,6 @@
 """Profile the server on one benchmark scenario with py-spy (an optional tool: ``make bench-profile`` installs it).
 
-    python -m bench.profile append1|batch100|fork|restart [seconds]
+    python -m bench.profile append1|append1-nofsync|batch100|fork|restart [seconds]
 
 py-spy samples the running server (every thread, idle ones included, so a thread blocked in ``fdatasync`` shows
 up) while the scenario's load runs, writes the raw collapsed stacks next to the work folder, and prints, per
@@ -78,9 +78,9 @@ def summarize(raw: Path, top: int = 12) -> str:
     return "\n".join(out)
 
 
-def profile_appends(work: Path, batch: int, seconds: float) -> Path:
-    raw = work / f"profile-append{batch}.txt"
-    server = start_forklog(work / "data", work / "server.log")
+def profile_appends(work: Path, batch: int, seconds: float, *, fsync: bool = True) -> Path:
+    raw = work / f"profile-append{batch}{'' if fsync else '-nofsync'}.txt"
+    server = start_forklog(work / "data", work / "server.log", fsync=fsync)
     with running(server):
         server.wait_ready()
         client = Client(server.port)
@@ -137,6 +137,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="forklog-profile-"))
     if scenario == "append1":
         raw = profile_appends(work, 1, seconds)
+    elif scenario == "append1-nofsync":
+        raw = profile_appends(work, 1, seconds, fsync=False)
     elif scenario == "batch100":
         raw = profile_appends(work, 100, seconds)
     elif scenario == "fork":
@@ -144,7 +146,7 @@ def main() -> int:
     elif scenario == "restart":
         raw = profile_restart(work)
     else:
-        print("scenarios: append1, batch100, fork, restart", file=sys.stderr)
+        print("scenarios: append1, append1-nofsync, batch100, fork, restart", file=sys.stderr)
         return 2
     kept = Path(tempfile.gettempdir()) / "forklog-bench-profiles"
     kept.mkdir(exist_ok=True)

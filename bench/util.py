@@ -55,6 +55,24 @@ def vm_hwm_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmHWM for pid {pid}")
 
 
+def fdatasync_latency(folder: Path, samples: int = 100) -> tuple[float, float]:
+    """(median, p90) milliseconds of ``fdatasync`` after appending a 150-byte line, on ``folder``'s file system."""
+    path = folder / "fdatasync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    timings = []
+    try:
+        for _ in range(samples):
+            os.write(fd, b"x" * 149 + b"\n")
+            started = time.perf_counter()
+            os.fdatasync(fd)
+            timings.append((time.perf_counter() - started) * 1000)
+    finally:
+        os.close(fd)
+        path.unlink()
+    timings.sort()
+    return median(timings), timings[int(0.9 * len(timings))]
+
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -7,6 +7,7 @@ domain exactly as the client wrote it (a model would coerce ``1.0``, ``"1"`` and
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,8 @@ from fastapi import Request
 from app.api.problems import ApiProblem, invalid_request
 from app.domain.jsonvalue import Break, JsonSyntaxError, JsonTooDeep, is_number, is_safe_integer
 from app.domain.jsonvalue import loads as lossless_loads
+
+PARSED_INLINE_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -83,7 +86,11 @@ async def read_body(request: Request, *, limit: int, empty_is_object: bool) -> J
             return JsonBody({})
         raise invalid_request("", "the body is empty; send a JSON object")
     try:
-        value, breaks = lossless_loads(raw)
+        if len(raw) > PARSED_INLINE_BYTES:
+            # A large body is parsed in a worker thread so that the event loop keeps serving meanwhile.
+            value, breaks = await asyncio.to_thread(lossless_loads, raw)
+        else:
+            value, breaks = lossless_loads(raw)
     except (JsonSyntaxError, JsonTooDeep) as exc:
         raise invalid_request("", str(exc)) from None
     root_break = next((item for item in breaks if item.path == ()), None)

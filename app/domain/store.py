@@ -282,15 +282,18 @@ class SessionStore:
         self._max_created_at = max(self._clock(), self._max_created_at + 1)
         return self._max_created_at
 
-    def prepare_create(
-        self,
-        session_id: str | None = None,
-        seed: Sequence[Any] | None = None,
-        meta: dict[str, Any] | None = None,
-        *,
-        seed_breaks: dict[int, str] | None = None,
-    ) -> PendingCreate:
-        """Check a create (``id`` live first, then the meta and the seed) and build the session, not yet live."""
+    def now(self) -> int:
+        return self._clock()
+
+    def new_id(self) -> str:
+        """A fresh generated id (``session-<uuid4>``)."""
+        return self._new_id()
+
+    def check_create(
+        self, session_id: str | None, seed: Sequence[Any] | None = None, meta: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The cheap checks of a create, in the contract's order (meta syntax, id live, meta values); the header
+        fields the meta gives. The seed itself is checked by :func:`build_seed_log`."""
         if meta is not None:
             unknown = sorted(key for key in meta if key not in META_KEYS)
             if unknown:
@@ -299,24 +302,29 @@ class SessionStore:
                     f"meta accepts only {', '.join(sorted(META_KEYS))}",
                     errors=[{"field": f"meta.{key}", "reason": "unknown member"} for key in unknown],
                 )
+        if session_id is not None:
+            check_id(session_id)
+            self._check_free(session_id)
+        return _check_meta(meta or {}, len(seed) if seed is not None else 0)
+
+    def prepare_create(
+        self,
+        session_id: str | None = None,
+        seed: Sequence[Any] | None = None,
+        meta: dict[str, Any] | None = None,
+        *,
+        seed_breaks: dict[int, str] | None = None,
+        seed_log: SessionLog | None = None,
+    ) -> PendingCreate:
+        """Check a create (``id`` live first, then the meta and the seed) and build the session, not yet live.
+
+        ``seed_log``, when given, is the seed already checked by :func:`build_seed_log` (off the event loop).
+        """
+        fields = self.check_create(session_id, seed, meta)
         if session_id is None:
             session_id = self._new_id()
-        else:
-            check_id(session_id)
-        self._check_free(session_id)
-        seed_count = len(seed) if seed is not None else 0
-        fields = _check_meta(meta or {}, seed_count)
-        log = SessionLog()
-        if seed:
-            try:
-                log.commit(log.stage(seed, appended=False, now=self._clock(), breaks=seed_breaks))
-            except EventRejected as rejected:
-                raise SessionError(
-                    ErrorCode.INVALID_SEED,
-                    f"seed event at index {rejected.index} is invalid: {rejected.reason}",
-                    index=rejected.index,
-                    reason=rejected.reason,
-                ) from None
+            self._check_free(session_id)
+        log = seed_log if seed_log is not None else build_seed_log(seed, now=self._clock(), breaks=seed_breaks)
         header = SessionHeader(
             id=session_id, created_at=self._next_created_at(), instance=self._new_instance(), **fields
         )
@@ -470,6 +478,23 @@ class SessionStore:
         if at_seq is not None:
             self._boundary(session, at_seq)
         return session.log.history(at_seq), len(session.log)
+
+
+def build_seed_log(seed: Sequence[Any] | None, *, now: int, breaks: dict[int, str] | None = None) -> SessionLog:
+    """A new log holding ``seed``, every event checked; INVALID_SEED names the lowest bad index. Pure: safe to run
+    in a worker thread."""
+    log = SessionLog()
+    if seed:
+        try:
+            log.commit(log.stage(seed, appended=False, now=now, breaks=breaks))
+        except EventRejected as rejected:
+            raise SessionError(
+                ErrorCode.INVALID_SEED,
+                f"seed event at index {rejected.index} is invalid: {rejected.reason}",
+                index=rejected.index,
+                reason=rejected.reason,
+            ) from None
+    return log
 
 
 def _check_meta(meta: dict[str, Any], seed_count: int) -> dict[str, Any]:

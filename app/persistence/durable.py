@@ -11,10 +11,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from app.domain.errors import ErrorCode, SessionError
-from app.domain.store import PendingCreate, Session, SessionHeader, SessionStore, SessionView, Snapshot
+from app.domain.store import PendingCreate, Session, SessionHeader, SessionStore, SessionView, Snapshot, build_seed_log
 from app.persistence.files import AlreadyOnDisk, CorruptFile, Recovery
 
 T = TypeVar("T")
+
+# Seeds larger than this are checked off the event loop.
+SEED_EVENTS_CHECKED_INLINE = 1000
 
 
 class Journal(Protocol):
@@ -112,14 +115,18 @@ class DurableStore:
         *,
         seed_breaks: dict[int, str] | None = None,
     ) -> SessionView:
-        if session_id is None:
-            pending = self.store.prepare_create(None, seed, meta, seed_breaks=seed_breaks)
-            return await self._serialized(pending.session.id, lambda: self._persist_create(pending))
-
         async def work() -> SessionView:
-            pending = self.store.prepare_create(session_id, seed, meta, seed_breaks=seed_breaks)
+            seed_log = None
+            if seed is not None and len(seed) > SEED_EVENTS_CHECKED_INLINE:
+                # A large seed is checked in a worker thread so that the event loop keeps serving meanwhile; the
+                # cheap checks (meta syntax, id live, meta values) still come first, in the contract's order.
+                self.store.check_create(session_id, seed, meta)
+                seed_log = await asyncio.to_thread(build_seed_log, seed, now=self.store.now(), breaks=seed_breaks)
+            pending = self.store.prepare_create(session_id, seed, meta, seed_breaks=seed_breaks, seed_log=seed_log)
             return await self._persist_create(pending)
 
+        if session_id is None:
+            session_id = self.store.new_id()
         return await self._serialized(session_id, work)
 
     async def append(

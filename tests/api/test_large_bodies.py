@@ -46,7 +46,8 @@ def test_health_answers_while_a_large_seed_is_created(tmp_path: Path) -> None:
 
                 await asyncio.gather(create(), health())
                 # Had the parse or the seed's checks run on the event loop, /healthz would have waited for them.
-                assert done["health"] < done["create"] / 4, done
+                # (A thread shares the GIL with the loop, so /healthz is slowed, not stopped: compare, with room.)
+                assert done["health"] < done["create"] * 0.6, done
                 session = (await client.get("/sessions/big")).json()
                 assert session["eventCount"] == 60_000
 

@@ -353,9 +353,14 @@ class SessionStore:
         self._check_free(session.id)
         self._add(session)
 
-    def quarantine(self, session_id: str, reason: str) -> None:
-        """Keep a damaged session out of service: every request naming it answers SESSION_CORRUPT."""
+    def quarantine(self, session_id: str, reason: str, *, created_at: int | None = None) -> None:
+        """Keep a damaged session out of service: every request naming it answers SESSION_CORRUPT.
+
+        Its ``created_at`` (when its header could be read) still counts: a later create sorts after it.
+        """
         self._corrupt[session_id] = reason
+        if created_at is not None:
+            self._max_created_at = max(self._max_created_at, created_at)
 
     # -- delete ----------------------------------------------------------------------------------------------------
 

@@ -64,7 +64,7 @@ class DurableStore:
             self.store.adopt(recovered.session)
         for corrupt in recovery.corrupt:
             if corrupt.names_session:
-                self.store.quarantine(corrupt.id, corrupt.reason)
+                self.store.quarantine(corrupt.id, corrupt.reason, created_at=corrupt.created_at)
         self.corrupt = recovery.corrupt
         self.ready = True
 

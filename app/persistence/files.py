@@ -41,6 +41,7 @@ class CorruptFile:
     path: str
     reason: str
     names_session: bool = True  # False for a stray file whose name is not <valid id>.jsonl: no id is refused
+    created_at: int | None = None  # from its header, when whole: later creates still sort after it
 
 
 @dataclass(slots=True)
@@ -281,7 +282,7 @@ class FileJournal:
                 recovered = recover_session(session_id, data, now=now)
             except CorruptLog as exc:
                 log.error("session %s is corrupt and kept out of service: %s", session_id, exc.reason)
-                recovery.corrupt.append(CorruptFile(session_id, str(path), exc.reason))
+                recovery.corrupt.append(CorruptFile(session_id, str(path), exc.reason, created_at=exc.created_at))
                 continue
             except OSError as exc:
                 recovery.corrupt.append(CorruptFile(session_id, str(path), f"unreadable: {exc.strerror}"))

@@ -18,9 +18,10 @@ from app.persistence.codec import MalformedRecord, decode_line, header_problem, 
 class CorruptLog(Exception):
     """The file is damaged beyond a torn last line; ``reason`` says where and how."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, created_at: int | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.created_at = created_at  # from the header, when the header itself is whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,16 @@ def recover_session(session_id: str, data: bytes, *, now: int) -> Recovered:
     if problem is not None:
         raise CorruptLog(problem)
     header = header_from_record(record, session_id)
+    try:
+        log = _recover_events(data, header_end, now=now)
+    except CorruptLog as exc:
+        raise CorruptLog(exc.reason, header.created_at) from None
+    committed = data.rfind(b"\n") + 1
+    return Recovered(Session(header, log), committed_bytes=committed, torn_bytes=len(data) - committed)
 
+
+def _recover_events(data: bytes, header_end: int, *, now: int) -> SessionLog:
+    """The log of the whole lines after the header; a final fragment without a newline is left out."""
     committed = data.rfind(b"\n") + 1
     events: list[object] = []
     line_no = 1
@@ -88,4 +98,4 @@ def recover_session(session_id: str, data: bytes, *, now: int) -> Recovered:
         log.commit(log.stage(events, appended=False, now=now))
     except EventRejected as rejected:
         raise CorruptLog(f"event seq {rejected.index} breaks the rules: {rejected.reason}") from None
-    return Recovered(Session(header, log), committed_bytes=committed, torn_bytes=len(data) - committed)
+    return log

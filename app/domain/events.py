@@ -125,8 +125,8 @@ def admit(
 def _envelope(state: LogState, raw: Any, *, appended: bool, now: int) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise _Rejected("an event must be a JSON object {type, data, ...}")
-    extra = sorted(key for key in raw if key not in ENVELOPE_KEYS)
-    if extra:
+    if not ENVELOPE_KEYS.issuperset(raw):
+        extra = sorted(key for key in raw if key not in ENVELOPE_KEYS)
         raise _Rejected(
             f"unknown top-level key {extra[0]!r}; an event has only type, data and the optional ignorable, "
             "surfaceOp and sourceEventSeqs"
@@ -383,7 +383,9 @@ def _tool_result_rewrite(event: dict[str, Any], shadowed: list[int], event_at: E
 def _relations(state: LogState, event: dict[str, Any], op: Replace | str | None) -> None:
     kind = event["type"]
     data = event["data"]
-    if kind == "turn/start":
+    if kind == "assistant/chunk":  # most events of a log: checked first
+        _require_open_step(state, kind, data)
+    elif kind == "turn/start":
         turn = js_get(data, "turn")
         if state.open_turn is not None:
             raise _Rejected(f"turn/start {js_str(turn)} while turn {js_str(state.open_turn)} is still open")

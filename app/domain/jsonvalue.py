@@ -290,6 +290,8 @@ def strict_equal(a: Any, b: Any) -> bool:
     """JavaScript ``===`` over parsed JSON values: objects and arrays are equal only to themselves."""
     if a is b:
         return True
+    if type(a) is int and type(b) is int:  # the common case (turn and step numbers), decided at once
+        return a == b
     if isinstance(a, dict | list) or isinstance(b, dict | list):
         return False
     if isinstance(a, bool) or isinstance(b, bool):

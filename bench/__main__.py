@@ -2,7 +2,7 @@
 
 Settings (environment): BENCH_ONLY (fork,appends,restart), BENCH_RUNS, BENCH_RUNS_1M, BENCH_FORK_SIZES,
 BENCH_CLIENTS, BENCH_APPEND_SECONDS, BENCH_APPEND_RUNS, BENCH_RESTART_BYTES, BENCH_RESTART_SESSION_EVENTS,
-BENCH_RESTART_RUNS, BENCH_DIR, BENCH_KEEP, BENCH_JSON.
+BENCH_RESTART_RUNS, BENCH_DIR, BENCH_KEEP, BENCH_JSON, BENCH_NODE_HEAP_MB, BENCH_LOADGEN.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def header(probes: list[tuple[float, float]], elapsed: float | None = None) -> s
     load = os.getloadavg()
     loadgen = "wrk"
     if not have_wrk():
-        loadgen = "Python asyncio (wrk not found: `apt-get install wrk` for steadier append figures)"
+        loadgen = "Python asyncio (no wrk: `apt-get install wrk` for steadier append figures)"
     lines = [
         "forklog benchmarks (medians of several runs; ratio = forklog / baseline)",
         f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, load average at the end "

@@ -50,7 +50,7 @@ def run(work: Path) -> list[Row]:
     seconds = env_float("BENCH_APPEND_SECONDS", 5.0)
     runs = env_int("BENCH_APPEND_RUNS", 3)
     batch = 100
-    tool = "wrk" if have_wrk() else "python (wrk not found)"
+    tool = "wrk" if have_wrk() else "python (wrk not found, or BENCH_LOADGEN=python)"
     log(f"appends: {clients} clients, {runs} runs of {seconds:.0f} s each, load by {tool}")
     forklog = start_forklog(work / "appends-data", work / "logs" / "appends-forklog.log")
     unsynced = start_forklog(work / "appends-nosync", work / "logs" / "appends-nosync.log", fsync=False)

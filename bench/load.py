@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import subprocess
 import sys
@@ -63,7 +64,8 @@ class LoadResult:
 
 
 def have_wrk() -> bool:
-    return shutil.which("wrk") is not None
+    """wrk is used when it is on PATH, unless ``BENCH_LOADGEN=python`` asks for the Python generator."""
+    return os.environ.get("BENCH_LOADGEN", "").lower() != "python" and shutil.which("wrk") is not None
 
 
 def run_load(port: int, prefix: str, body: bytes, *, clients: int, seconds: float) -> LoadResult:

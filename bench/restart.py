@@ -62,7 +62,9 @@ def run(work: Path) -> list[Row]:
     took = time.perf_counter() - started
     log(f"restart: wrote {files} sessions, {events:,} events, {human_bytes(stored)} in {took:.1f} s")
     empty_ready, empty_hwm = start_to_ready(work / "restart-empty", work / "logs" / "restart-empty.log")
-    parse_times, ready_times, peaks = [], [], []
+    parse_times: list[float] = []
+    ready_times: list[float] = []
+    peaks: list[int] = []
     for r in range(runs):
         parse_times.append(parse_all(data / "sessions"))
         ready, peak = start_to_ready(data, work / "logs" / "restart-forklog.log")
@@ -72,7 +74,7 @@ def run(work: Path) -> list[Row]:
             f"restart run {r + 1}/{runs}: ready after {ready:.2f} s (parse {parse_times[-1]:.2f} s), "
             f"VmHWM {human_bytes(peak)}"
         )
-    parse_s, ready_s, peak = median(parse_times), median(ready_times), median(peaks)
+    parse_s, ready_s, peak = median(parse_times), median(ready_times), int(median(peaks))
     label = f"{human_bytes(stored)}, {files} sessions, {events:,} events"
     return [
         Row(

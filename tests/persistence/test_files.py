@@ -330,21 +330,43 @@ def header_bytes(**changes: Any) -> bytes:
     return json.dumps({key: value for key, value in header.items() if value is not None}).encode() + b"\n"
 
 
+async def assert_kept_out_of_service(store: DurableStore, session_id: str) -> None:
+    """Every operation naming a corrupt session's id, also as a new id, answers SESSION_CORRUPT."""
+    refusals = [
+        lambda: store.get(session_id),
+        lambda: store.snapshot(session_id),
+        lambda: store.create(session_id, b.turns(1, 1), None),
+        lambda: store.append(session_id, b.open_turn(3)),
+        lambda: store.fork(session_id),
+        lambda: store.delete(session_id),
+    ]
+    for refusal in refusals:
+        with pytest.raises(SessionError) as caught:
+            result = refusal()
+            if inspect.isawaitable(result):
+                await result
+        assert caught.value.code == ErrorCode.SESSION_CORRUPT
+
+
 def recovered_problem(data_dir: Path, session_id: str, data: bytes) -> str:
-    """Place ``data`` as a session file, recover, and return the reason the file is corrupt."""
+    """Place ``data`` as a session file, recover, check the id is refused, and return the reason it is corrupt."""
     path = file_of(data_dir, session_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
-    journal = FileJournal(data_dir)
-    try:
-        recovery = journal.recover()
-    finally:
-        journal.close()
-    assert [corrupt.id for corrupt in recovery.corrupt] == [session_id]
-    assert recovery.corrupt[0].path == str(path)
-    assert all(recovered.session.id != session_id for recovered in recovery.sessions)
+
+    async def run() -> str:
+        store = DurableStore(FileJournal(data_dir))
+        try:
+            await store.recover()
+            assert [(corrupt.id, corrupt.path) for corrupt in store.corrupt] == [(session_id, str(path))]
+            await assert_kept_out_of_service(store, session_id)
+            return store.corrupt[0].reason
+        finally:
+            store.close()
+
+    reason = asyncio.run(run())
     assert path.read_bytes() == data, "a corrupt file is left untouched"
-    return recovery.corrupt[0].reason
+    return reason
 
 
 def test_a_good_header_alone_is_an_empty_session(data_dir: Path, open_store: OpenStore) -> None:
@@ -563,21 +585,10 @@ def test_damage_inside_the_log_keeps_the_session_out_of_service(
         store = await open_store(data_dir)
         assert [(corrupt.id, corrupt.path) for corrupt in store.corrupt] == [("damaged", str(path))]
         assert store.corrupt[0].reason
-        refusals = [
-            lambda: store.get("damaged"),
-            lambda: store.snapshot("damaged"),
-            lambda: store.create("damaged", b.turns(1, 1), None),
-            lambda: store.append("damaged", b.open_turn(3)),
-            lambda: store.fork("damaged"),
-            lambda: store.fork("healthy", child_id="damaged"),
-            lambda: store.delete("damaged"),
-        ]
-        for refusal in refusals:
-            with pytest.raises(SessionError) as caught:
-                result = refusal()
-                if inspect.isawaitable(result):
-                    await result
-            assert caught.value.code == ErrorCode.SESSION_CORRUPT
+        await assert_kept_out_of_service(store, "damaged")
+        with pytest.raises(SessionError) as caught:
+            await store.fork("healthy", child_id="damaged")
+        assert caught.value.code == ErrorCode.SESSION_CORRUPT
         # every other session serves
         stored, _, _ = await store.append("healthy", b.full_turn(3))
         assert stored[0]["seq"] == 22

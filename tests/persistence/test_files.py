@@ -140,6 +140,24 @@ def test_headers_keep_their_meta_lineage_and_instance(data_dir: Path, open_store
     asyncio.run(second_life())
 
 
+def test_times_keep_growing_after_a_restart_even_from_a_future_seed(data_dir: Path, open_store: OpenStore) -> None:
+    future = 4_102_444_800_000  # 2100-01-01
+    seed = [{**event, "seq": seq, "time": future + seq} for seq, event in enumerate(b.turns(1, 1))]
+
+    async def first_life() -> None:
+        store = await open_store(data_dir)
+        await store.create("future", seed, None)
+        store.close()
+
+    async def second_life() -> None:
+        store = await open_store(data_dir)
+        stored, _, _ = await store.append("future", b.full_turn(2))
+        assert [event["time"] for event in stored] == [future + 10] * 11
+
+    asyncio.run(first_life())
+    asyncio.run(second_life())
+
+
 def test_a_deleted_and_recreated_id_is_a_new_incarnation(data_dir: Path, open_store: OpenStore) -> None:
     async def first_life() -> tuple[str, str]:
         store = await open_store(data_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,16 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
 
 OpenStore = Callable[[Path], Awaitable[DurableStore]]
+
+
+def session_file(data_dir: Path, session_id: str) -> Path:
+    return data_dir / "sessions" / f"{session_id}.jsonl"
+
+
+def observe(store: DurableStore, session_id: str) -> dict[str, Any]:
+    """What a user can observe of one session: its bytes, its Session resource and its history."""
+    session = store.get(session_id)
+    return {"lines": session.log.lines(), "view": session.view().to_json(), "history": session.log.history()}
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from app.persistence import files
 from app.persistence.durable import DurableStore
 from app.persistence.errors import StorageUnavailable
 from tests.persistence import builders as b
-from tests.persistence.conftest import OpenStore
+from tests.persistence.conftest import OpenStore, observe, session_file
 
 
 class FaultyOs:
@@ -80,15 +80,6 @@ def fsync_failing_for(*, directories: bool) -> Callable[[int], None]:
     return fsync
 
 
-def state_of(store: DurableStore, session_id: str) -> tuple[bytes, dict[str, Any], list[Any]]:
-    session = store.get(session_id)
-    return session.log.lines(), session.view().to_json(), session.log.history()
-
-
-def session_file(data_dir: Path, session_id: str) -> Path:
-    return data_dir / "sessions" / f"{session_id}.jsonl"
-
-
 # -- append ----------------------------------------------------------------------------------------------------------
 
 APPEND_FAULTS: dict[str, tuple[str, Callable[..., Any]]] = {
@@ -111,14 +102,14 @@ def test_a_failed_append_changes_nothing_and_a_retry_continues(
         store = await open_store(data_dir)
         await store.create("s", b.turns(1, 1), None)
         await store.append("s", b.open_turn(2))
-        before = state_of(store, "s")
+        before = observe(store, "s")
         on_disk = path.read_bytes()
         fake_os.fault(name, faulty)
         with pytest.raises(StorageUnavailable):
             await store.append("s", b.close_turn(2))
         fake_os.heal(name)
         assert path.read_bytes() == on_disk, "the failed batch left bytes behind"
-        assert state_of(store, "s") == before, "the failed batch reached the log in memory"
+        assert observe(store, "s") == before, "the failed batch reached the log in memory"
         store.close()
         return on_disk, before
 
@@ -127,7 +118,7 @@ def test_a_failed_append_changes_nothing_and_a_retry_continues(
     async def second_life() -> None:
         store = await open_store(data_dir)
         assert store.corrupt == []
-        assert state_of(store, "s") == before
+        assert observe(store, "s") == before
         stored, _, view = await store.append("s", b.close_turn(2))
         assert [event["seq"] for event in stored] == [17, 18, 19, 20, 21]
         assert view.forkable
@@ -177,7 +168,7 @@ def test_a_failed_append_in_a_batch_fails_alone(data_dir: Path, open_store: Open
         store = await open_store(data_dir)
         for session_id in ("stall", "fails", "works"):
             await store.create(session_id, b.turns(1, 1), None)
-        before = state_of(store, "fails")
+        before = observe(store, "fails")
         fake_os.fault("write", write)
         stall = asyncio.ensure_future(store.append("stall", b.full_turn(2)))
         await asyncio.sleep(0.05)
@@ -191,7 +182,7 @@ def test_a_failed_append_in_a_batch_fails_alone(data_dir: Path, open_store: Open
         assert isinstance(failed, StorageUnavailable)
         assert not isinstance(worked, BaseException)
         assert worked[2].event_count == 22
-        assert state_of(store, "fails") == before
+        assert observe(store, "fails") == before
         fake_os.heal("write")
         store.close()
 
@@ -233,7 +224,7 @@ def test_a_failed_create_leaves_no_file_and_frees_the_id(
     async def run() -> None:
         store = await open_store(data_dir)
         await store.create("source", b.turns(1, 3), None)
-        source = state_of(store, "source")
+        source = observe(store, "source")
         fake_os.fault(name, faulty)
         with pytest.raises(StorageUnavailable):
             await make(store)
@@ -243,7 +234,7 @@ def test_a_failed_create_leaves_no_file_and_frees_the_id(
         with pytest.raises(SessionError) as caught:
             store.get("new")
         assert caught.value.code == ErrorCode.SESSION_NOT_FOUND
-        assert state_of(store, "source") == source
+        assert observe(store, "source") == source
         # the id is free again, in memory and on disk
         made = await make(store)
         assert made.event_count == 22

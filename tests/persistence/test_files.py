@@ -19,7 +19,7 @@ from app.persistence.durable import DurableStore
 from app.persistence.errors import DataDirLocked
 from app.persistence.files import FileJournal
 from tests.persistence import builders as b
-from tests.persistence.conftest import REPO, OpenStore
+from tests.persistence.conftest import REPO, OpenStore, observe, session_file
 
 META = {
     "cwd": "/work/project",
@@ -29,20 +29,6 @@ META = {
     "delegationDepth": 2,
     "agentPreset": "reviewer",
 }
-
-
-def state_of(store: DurableStore, session_id: str) -> dict[str, Any]:
-    """What a user can observe of one session: its bytes, its Session resource and its history."""
-    session = store.get(session_id)
-    return {
-        "lines": session.log.lines(),
-        "view": session.view().to_json(),
-        "history": session.log.history(),
-    }
-
-
-def file_of(data_dir: Path, session_id: str) -> Path:
-    return data_dir / "sessions" / f"{session_id}.jsonl"
 
 
 def file_lines(path: Path) -> list[dict[str, Any]]:
@@ -69,7 +55,7 @@ def test_a_restart_finds_every_session_as_it_was(data_dir: Path, open_store: Ope
         await store.fork("empty", child_id="empty-child")
         await store.delete("gone")
         ids = ["main", "empty", "early", "whole", "empty-child"]
-        seen = {session_id: state_of(store, session_id) for session_id in ids}
+        seen = {session_id: observe(store, session_id) for session_id in ids}
         store.close()
         return seen
 
@@ -82,7 +68,7 @@ def test_a_restart_finds_every_session_as_it_was(data_dir: Path, open_store: Ope
         store = await open_store(data_dir)
         assert store.corrupt == []
         for session_id, seen in before.items():
-            assert state_of(store, session_id) == seen, session_id
+            assert observe(store, session_id) == seen, session_id
         page, _ = store.store.page()
         assert [session.id for session in page] == ["main", "empty", "early", "whole", "empty-child"]
         with pytest.raises(SessionError) as caught:
@@ -97,7 +83,7 @@ def test_a_restart_finds_every_session_as_it_was(data_dir: Path, open_store: Ope
         store.close()
 
     asyncio.run(second_life())
-    assert not file_of(data_dir, "gone").exists()
+    assert not session_file(data_dir, "gone").exists()
     assert sorted(path.name for path in (data_dir / "sessions").iterdir()) == sorted(
         f"{name}.jsonl" for name in ["main", "empty", "early", "whole", "empty-child", "late"]
     )
@@ -190,7 +176,7 @@ def test_the_file_is_a_dsh_log(data_dir: Path, open_store: OpenStore) -> None:
         return events, created
 
     events, created = asyncio.run(write())
-    header, *records = file_lines(file_of(data_dir, "dsh"))
+    header, *records = file_lines(session_file(data_dir, "dsh"))
     assert header == {
         "type": "session",
         "version": 0,
@@ -211,7 +197,7 @@ def test_the_file_is_a_dsh_log(data_dir: Path, open_store: OpenStore) -> None:
         assert isinstance(record["time"], int)
         assert set(record) <= {"type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable"}
 
-    child_header, *child_records = file_lines(file_of(data_dir, "dsh-child"))
+    child_header, *child_records = file_lines(session_file(data_dir, "dsh-child"))
     assert child_header["parentSession"] == "dsh"
     assert child_header["seedLength"] == 11
     assert child_header["cwd"] == "/work/project"
@@ -225,14 +211,14 @@ def test_a_failed_create_of_an_existing_id_leaves_the_file_alone(data_dir: Path,
     async def run() -> None:
         store = await open_store(data_dir)
         await store.create("taken", b.turns(1, 1), None)
-        before = file_of(data_dir, "taken").read_bytes()
+        before = session_file(data_dir, "taken").read_bytes()
         with pytest.raises(SessionError) as caught:
             await store.create("taken", b.turns(1, 2), None)
         assert caught.value.code == ErrorCode.SESSION_ALREADY_EXISTS
         with pytest.raises(SessionError) as caught:
             await store.fork("taken", child_id="taken")
         assert caught.value.code == ErrorCode.SESSION_ALREADY_EXISTS
-        assert file_of(data_dir, "taken").read_bytes() == before
+        assert session_file(data_dir, "taken").read_bytes() == before
 
     asyncio.run(run())
 
@@ -276,7 +262,7 @@ def place_dsh_log(source: Path, data_dir: Path, session_id: str) -> bytes:
     header = json.loads(header_line)
     header["id"] = session_id
     data = json.dumps(header).encode() + b"\n" + rest
-    target = file_of(data_dir, session_id)
+    target = session_file(data_dir, session_id)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data)
     return data
@@ -313,7 +299,7 @@ def test_a_dsh_log_loads_at_start(data_dir: Path, open_store: OpenStore, dsh_log
         return view.instance
 
     instance = asyncio.run(first_life())
-    assert file_of(data_dir, "from-dsh").read_bytes() == data, "loading must not rewrite a DSH log"
+    assert session_file(data_dir, "from-dsh").read_bytes() == data, "loading must not rewrite a DSH log"
 
     async def second_life() -> None:
         store = await open_store(data_dir)
@@ -327,7 +313,7 @@ def test_a_dsh_log_loads_at_start(data_dir: Path, open_store: OpenStore, dsh_log
         store.close()
 
     asyncio.run(second_life())
-    assert file_of(data_dir, "from-dsh").read_bytes().startswith(data)
+    assert session_file(data_dir, "from-dsh").read_bytes().startswith(data)
 
     async def third_life() -> None:
         store = await open_store(data_dir)
@@ -368,7 +354,7 @@ async def assert_kept_out_of_service(store: DurableStore, session_id: str) -> No
 
 def recovered_problem(data_dir: Path, session_id: str, data: bytes) -> str:
     """Place ``data`` as a session file, recover, check the id is refused, and return the reason it is corrupt."""
-    path = file_of(data_dir, session_id)
+    path = session_file(data_dir, session_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
 
@@ -388,7 +374,7 @@ def recovered_problem(data_dir: Path, session_id: str, data: bytes) -> str:
 
 
 def test_a_good_header_alone_is_an_empty_session(data_dir: Path, open_store: OpenStore) -> None:
-    path = file_of(data_dir, "hdr")
+    path = session_file(data_dir, "hdr")
     path.parent.mkdir(parents=True)
     path.write_bytes(header_bytes())
 
@@ -462,7 +448,7 @@ def write_session(data_dir: Path, open_store: OpenStore, session_id: str, events
         store = await open_store(data_dir)
         await store.create(session_id, events, {"cwd": "/work"})
         store.close()
-        return file_of(data_dir, session_id).read_bytes()
+        return session_file(data_dir, session_id).read_bytes()
 
     return asyncio.run(run())
 
@@ -480,7 +466,7 @@ def test_a_torn_last_line_is_dropped_and_the_open_turn_goes_on(
     data_dir: Path, open_store: OpenStore, fragment: bytes
 ) -> None:
     committed = write_session(data_dir, open_store, "torn", b.open_turn(1))
-    path = file_of(data_dir, "torn")
+    path = session_file(data_dir, "torn")
     path.write_bytes(committed + fragment)
 
     async def second_life() -> bytes:
@@ -527,7 +513,7 @@ def test_packed_chunk_rows_in_a_file_expand_to_their_events(data_dir: Path, open
         dt=[chunks[1]["time"] - time0, chunks[2]["time"] - chunks[1]["time"]],
         texts=[chunk["data"]["chunk"]["text"] for chunk in chunks],
     )
-    path = file_of(data_dir, "packed")
+    path = session_file(data_dir, "packed")
     path.write_bytes(b"\n".join([header, *lines[:3], row, *lines[6:]]) + b"\n")
 
     async def run() -> None:
@@ -596,7 +582,7 @@ def test_damage_inside_the_log_keeps_the_session_out_of_service(
     lines = committed.split(b"\n")[:-1]
     assert len(lines) == 23
     damaged = b"\n".join(MID_LOG_DAMAGE[damage](lines)) + b"\n"
-    path = file_of(data_dir, "damaged")
+    path = session_file(data_dir, "damaged")
     path.write_bytes(damaged)
 
     async def run() -> None:

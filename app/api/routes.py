@@ -46,7 +46,7 @@ SNAPSHOT_MEMBERS = frozenset({"instance", "atSeq", "expectedSeq"})
 FORK_MEMBERS = SNAPSHOT_MEMBERS | {"sessionId"}
 
 
-def _durable(request: Request) -> DurableStore:
+async def _durable(request: Request) -> DurableStore:  # async: FastAPI would run a plain def in a thread
     durable: DurableStore = request.app.state.durable
     return durable
 

@@ -143,6 +143,17 @@ async def _internal(request: Request, exc: Exception) -> Response:
     return problem_response(request, "INTERNAL", "an internal error occurred; please report it")
 
 
+async def problem_for(request: Request, exc: Exception) -> Response:
+    """The answer the app's handlers give ``exc``, for code that runs outside the router (the append hot path)."""
+    if isinstance(exc, SessionError):
+        return await _session_error(request, exc)
+    if isinstance(exc, ApiProblem):
+        return await _api_problem(request, exc)
+    if isinstance(exc, StorageUnavailable):
+        return await _storage_unavailable(request, exc)
+    return await _internal(request, exc)
+
+
 def _allowed_methods(request: Request) -> list[str]:
     """Every method the API's routes of this path answer (Starlette's 405 names only the first route it tried)."""
     path = request.scope["path"]

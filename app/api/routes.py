@@ -186,6 +186,11 @@ async def delete_session(id: SessionId, durable: Durable) -> Response:
     summary="Append events (atomically: all are stored, or none)",
 )
 async def append_events(id: SessionId, request: Request, durable: Durable) -> Response:
+    return await append(request, durable, id)
+
+
+async def append(request: Request, durable: DurableStore, id: str) -> Response:
+    """``POST /sessions/{id}/events``; also called straight from the request guard (the hot path)."""
     check_id(id)
     body = await read_body(request, limit=_body_limit(request), empty_is_object=False)
     refuse_unknown_members(body, APPEND_MEMBERS)

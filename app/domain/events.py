@@ -132,16 +132,8 @@ def _envelope(state: LogState, raw: Any, *, appended: bool, now: int) -> dict[st
             "surfaceOp and sourceEventSeqs"
         )
     kind = raw.get("type", UNDEFINED)
-    if not isinstance(kind, str):
-        raise _Rejected("'type' must be a string such as \"turn/start\"")
-    if kind == "":
-        raise _Rejected("'type' must not be empty")
-    if len(kind) > MAX_TYPE_LENGTH:
-        raise _Rejected(f"'type' is {len(kind)} characters long; at most {MAX_TYPE_LENGTH} are allowed")
-    if kind in STORAGE_TAGS:
-        raise _Rejected(f"{kind!r} is a storage tag of the log format, not an event type")
-    if kind == "request/header-delta":
-        raise _Rejected("request/header-delta is the unsupported legacy format; send a full request/header")
+    if type(kind) is not str or kind not in _CHECKED_TYPES:
+        _check_type(kind)
     seq = state.count
     if appended:
         if "seq" in raw or "time" in raw:
@@ -162,11 +154,33 @@ def _envelope(state: LogState, raw: Any, *, appended: bool, now: int) -> dict[st
         raise _Rejected("'data' is required (null is allowed where the type does not constrain it)")
     if "ignorable" in raw and raw["ignorable"] is not True:
         raise _Rejected("'ignorable' may only be true (or be left out)")
+    if not appended and type(raw.get("seq")) is int and type(raw.get("time")) is int:
+        return raw  # already the stored form (a recovered line, or a seed event with its own seq and time)
     event: dict[str, Any] = {"type": kind, "seq": seq, "time": time, "data": raw["data"]}
     for key in ("surfaceOp", "sourceEventSeqs", "ignorable"):
         if key in raw:
             event[key] = raw[key]
     return event
+
+
+# Types already found well-formed; a log repeats a handful of them, so each is checked once.
+_CHECKED_TYPES: set[str] = set()
+_CHECKED_TYPES_LIMIT = 4096
+
+
+def _check_type(kind: Any) -> None:
+    if not isinstance(kind, str):
+        raise _Rejected("'type' must be a string such as \"turn/start\"")
+    if kind == "":
+        raise _Rejected("'type' must not be empty")
+    if len(kind) > MAX_TYPE_LENGTH:
+        raise _Rejected(f"'type' is {len(kind)} characters long; at most {MAX_TYPE_LENGTH} are allowed")
+    if kind in STORAGE_TAGS:
+        raise _Rejected(f"{kind!r} is a storage tag of the log format, not an event type")
+    if kind == "request/header-delta":
+        raise _Rejected("request/header-delta is the unsupported legacy format; send a full request/header")
+    if len(_CHECKED_TYPES) < _CHECKED_TYPES_LIMIT:
+        _CHECKED_TYPES.add(kind)
 
 
 # -- per-type shapes -----------------------------------------------------------------------------------------------

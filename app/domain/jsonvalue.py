@@ -226,7 +226,7 @@ def loads(data: bytes | str) -> tuple[Any, list[Break]]:
 _FOLD_DIGITS = bytes.maketrans(b"123456789E", b"000000000e")
 
 
-def _may_round_trip_lossily(line: bytes) -> bool:
+def may_round_trip_lossily(line: bytes) -> bool:
     folded = line.translate(_FOLD_DIGITS)
     return b"0000000000000000" in folded or b"0e" in folded or b"-0.0" in line
 
@@ -238,7 +238,7 @@ def loads_stored(line: bytes) -> tuple[Any, list[Break]]:
     no ``-0``), and the few lossy cases that survive a round trip are ruled out by a scan. Anything else takes
     the exact path.
     """
-    if _too_deep(line) or _may_round_trip_lossily(line):
+    if _too_deep(line) or may_round_trip_lossily(line):
         return loads(line)
     try:
         value = orjson.loads(line)

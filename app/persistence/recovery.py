@@ -7,12 +7,18 @@ the session corrupt: the caller leaves the file untouched and keeps the session 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 from app.domain.errors import EventRejected
-from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
+from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep, may_round_trip_lossily
 from app.domain.log import SessionLog
 from app.domain.store import Session, SessionHeader, derived_instance
-from app.persistence.codec import MalformedRecord, decode_line, header_problem, parse_line
+from app.persistence.codec import MalformedRecord, decode_line, expand_record, header_problem, parse_line
+
+# Lines are recovered a window of about this many bytes at a time.
+WINDOW_BYTES = 4 * 1024 * 1024
 
 
 class CorruptLog(Exception):
@@ -71,31 +77,65 @@ def recover_session(session_id: str, data: bytes, *, now: int) -> Recovered:
 
 
 def _recover_events(data: bytes, header_end: int, *, now: int) -> SessionLog:
-    """The log of the whole lines after the header; a final fragment without a newline is left out."""
+    """The log of the whole lines after the header; a final fragment without a newline is left out.
+
+    The lines are read a window at a time, so that only one window's events are Python objects at once, and each
+    window is parsed by one orjson call when its lines are canonical (as forklog writes them).
+    """
     committed = data.rfind(b"\n") + 1
-    events: list[object] = []
-    line_no = 1
+    log = SessionLog()
+    line_no = 1  # the header
     position = header_end + 1
     while position < committed:
-        line_end = data.index(b"\n", position)
-        line_no += 1
-        line = data[position:line_end]
-        position = line_end + 1
-        if not line.strip():
-            raise CorruptLog(f"line {line_no} is empty")
+        cut = data.rfind(b"\n", position, min(position + WINDOW_BYTES, committed)) + 1
+        end = cut if cut > position else data.index(b"\n", position) + 1
+        lines = data[position : end - 1].split(b"\n")
+        position = end
+        events = _window_events(lines, line_no, len(log))
+        line_no += len(lines)
         try:
-            decoded = decode_line(line)
-        except (JsonSyntaxError, JsonTooDeep, MalformedRecord) as exc:
-            raise CorruptLog(f"line {line_no} is not a storage record: {exc}") from None
+            log.commit(log.stage(events, appended=False, now=now))
+        except EventRejected as rejected:
+            raise CorruptLog(f"event seq {len(log) + rejected.index} breaks the rules: {rejected.reason}") from None
+    return log
+
+
+def _window_events(lines: list[bytes], line_no: int, first_seq: int) -> list[Any]:
+    """The events of a window of whole lines (``line_no`` is the line before the first), seqs checked."""
+    records = _parse_canonical(lines)
+    events: list[Any] = []
+    for offset, line in enumerate(lines):
+        number = line_no + offset + 1
+        if records is None:
+            if not line.strip():
+                raise CorruptLog(f"line {number} is empty")
+            try:
+                decoded = decode_line(line)
+            except (JsonSyntaxError, JsonTooDeep, MalformedRecord) as exc:
+                raise CorruptLog(f"line {number} is not a storage record: {exc}") from None
+        else:
+            try:
+                decoded = expand_record(records[offset])
+            except MalformedRecord as exc:
+                raise CorruptLog(f"line {number} is not a storage record: {exc}") from None
         for event in decoded:
             if not isinstance(event, dict) or "seq" not in event or "time" not in event:
-                raise CorruptLog(f"line {line_no} holds an event without seq and time")
-            if event["seq"] != len(events):
-                raise CorruptLog(f"seq gap at line {line_no} (expected {len(events)}, got {event['seq']})")
+                raise CorruptLog(f"line {number} holds an event without seq and time")
+            expected = first_seq + len(events)
+            if event["seq"] != expected:
+                raise CorruptLog(f"seq gap at line {number} (expected {expected}, got {event['seq']})")
             events.append(event)
-    log = SessionLog()
+    return events
+
+
+def _parse_canonical(lines: list[bytes]) -> list[Any] | None:
+    """All the lines' values in one parse, when every line is canonical lossless JSON; else None (parse each)."""
+    joined = b"[" + b",".join(lines) + b"]"
+    if any(not line for line in lines) or may_round_trip_lossily(joined):
+        return None
     try:
-        log.commit(log.stage(events, appended=False, now=now))
-    except EventRejected as rejected:
-        raise CorruptLog(f"event seq {rejected.index} breaks the rules: {rejected.reason}") from None
-    return log
+        values = orjson.loads(joined)
+        canonical = orjson.dumps(values) == joined
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return None
+    return values if canonical and isinstance(values, list) and len(values) == len(lines) else None

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import errno
 import fcntl
 import logging
 import os
+import platform
+import re
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -81,6 +85,26 @@ class _Append:
     error: BaseException | None = None
 
 
+def _syncfs() -> Callable[[int], None] | None:
+    """syncfs(2), where it reports write errors (Linux 5.8 and later); None elsewhere."""
+    release = re.match(r"(\d+)\.(\d+)", platform.release())
+    if not sys.platform.startswith("linux") or release is None or (int(release[1]), int(release[2])) < (5, 8):
+        return None
+    function = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+    if function is None:
+        return None
+
+    def syncfs(fd: int) -> None:
+        if function(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code))
+
+    return syncfs
+
+
+sync_file_system = _syncfs()
+
+
 def _sync_data(item: _Append) -> None:
     try:
         os.fdatasync(item.fd)
@@ -138,6 +162,14 @@ class _GroupCommitter:
             written = [item for item in batch if item.error is None]
             if len(written) == 1:
                 _sync_data(written[0])
+            elif written and sync_file_system is not None:
+                # One syncfs commits every file of the group in one journal transaction: several times faster
+                # than a sync per file, even in parallel. An error fails the whole group (nothing is acknowledged).
+                try:
+                    sync_file_system(written[0].fd)
+                except OSError as exc:
+                    for item in written:
+                        item.error = exc
             elif written:
                 for _ in self._syncers.map(_sync_data, written):
                     pass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from collections import Counter
 from pathlib import Path
@@ -62,9 +63,20 @@ def test_concurrent_appends_on_many_sessions_share_writer_rounds(
     syncs: Counter[str] = Counter()
     commit = files._GroupCommitter._commit
 
+    current: list[Any] = []
+
     def counting_commit(self: Any, batch: list[Any]) -> None:
         batch_sizes.append(len(batch))
+        current[:] = batch
         commit(self, batch)
+
+    real_syncfs = files.sync_file_system
+
+    def counting_syncfs(fd: int) -> None:
+        # one syncfs commits every file the round wrote
+        syncs.update(Path(item.path).stem for item in current if item.error is None)
+        assert real_syncfs is not None
+        real_syncfs(fd)
 
     def counting_fdatasync(fd: int) -> None:
         syncs[Path(os.readlink(f"/proc/self/fd/{fd}")).stem] += 1
@@ -89,6 +101,8 @@ def test_concurrent_appends_on_many_sessions_share_writer_rounds(
             await store.create(session_id, b.turns(1, 1), None)
         monkeypatch.setattr(files._GroupCommitter, "_commit", counting_commit)
         monkeypatch.setattr(files, "os", CountingOs())
+        if real_syncfs is not None:
+            monkeypatch.setattr(files, "sync_file_system", counting_syncfs)
         await asyncio.gather(*(worker(store, session_id) for session_id in ids))
         monkeypatch.undo()
         lines = {session_id: store.get(session_id).log.lines() for session_id in ids}
@@ -109,3 +123,31 @@ def test_concurrent_appends_on_many_sessions_share_writer_rounds(
         assert {session_id: store.get(session_id).log.lines() for session_id in lines} == lines
 
     asyncio.run(after_restart())
+
+
+def test_a_failed_sync_of_a_group_fails_every_append_of_it_and_leaves_the_files_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = [tmp_path / f"s{number}.jsonl" for number in range(3)]
+    for path in paths:
+        path.write_bytes(b'{"type":"session"}\n')
+    answers: dict[str, BaseException | None] = {}
+
+    def failing_sync(fd: int) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(files, "sync_file_system", failing_sync)
+    monkeypatch.setattr(os, "fdatasync", failing_sync)
+    committer = files._GroupCommitter(sync=True)
+    try:
+
+        def answer(name: str) -> Any:
+            return lambda error: answers.__setitem__(name, error)
+
+        batch = [files._Append(path, b'{"type":"x"}\n', answer(path.stem)) for path in paths]
+        committer._commit(batch)
+    finally:
+        committer.close()
+    assert set(answers) == {"s0", "s1", "s2"}
+    assert all(isinstance(error, OSError) for error in answers.values())
+    assert all(path.read_bytes() == b'{"type":"session"}\n' for path in paths)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 
 from app.api.body import (
     JsonBody,
@@ -262,15 +263,15 @@ async def snapshot_session(id: SessionId, request: Request, durable: Durable) ->
     instance, at_seq, expected_seq = _boundary_members(body)
     _require_ready(durable)
     snapshot = durable.snapshot(id, at_seq=at_seq, instance=instance, expected_seq=expected_seq)
-    return _json(
-        b'{"source":'
-        + orjson.dumps(snapshot.source.to_json())
-        + b',"seed":'
-        + snapshot.seed.json_array()
-        + b',"meta":'
-        + orjson.dumps(snapshot.meta)
-        + b"}"
-    )
+
+    async def pieces() -> AsyncIterator[bytes | memoryview]:
+        # The seed (an independent copy) is sent a piece at a time: a large one is never concatenated whole.
+        yield b'{"source":' + orjson.dumps(snapshot.source.to_json()) + b',"seed":'
+        for piece in snapshot.seed.json_array_chunks():
+            yield piece
+        yield b',"meta":' + orjson.dumps(snapshot.meta) + b"}"
+
+    return StreamingResponse(pieces(), media_type="application/json")
 
 
 @router.post(

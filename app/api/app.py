@@ -14,7 +14,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 
-from app.api.problems import PROBLEM_JSON, PROBLEMS, install_problem_handlers, problem_for, problem_type
+from app.api.problems import PROBLEM_JSON, PROBLEMS, install_problem_handlers, problem_body, problem_for
 from app.api.routes import append, router
 from app.api.schemas import REQUEST_MODELS
 from app.api.settings import Settings
@@ -104,17 +104,10 @@ async def _append_directly(scope: Scope, receive: Receive, send: Send, session_i
 
 
 async def _send_problem(scope: Scope, send: Send, code: str, detail: str) -> None:
-    status, title = PROBLEMS[code]
-    body: dict[str, Any] = {
-        "type": problem_type(code),
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "code": code,
-        "instance": scope.get("path", ""),  # already decoded: decoding again would turn %25xx into a byte
-    }
-    if code == "INVALID_REQUEST":
-        body["errors"] = [{"field": "id", "reason": detail}]
+    facts = {"errors": [{"field": "id", "reason": detail}]} if code == "INVALID_REQUEST" else None
+    # scope["path"] is already decoded: decoding again would turn %25xx into a byte.
+    body = problem_body(code, detail, scope.get("path", ""), facts)
+    status = body["status"]
     payload = orjson.dumps(body)
     headers = [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(payload)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -70,7 +70,8 @@ def problem_type(code: str) -> str:
     return f"urn:forklog:problem:{code.lower().replace('_', '-')}"
 
 
-def problem_response(request: Request, code: str, detail: str, facts: dict[str, Any] | None = None) -> Response:
+def problem_body(code: str, detail: str, instance: str, facts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one place a problem's members are put together."""
     status, title = PROBLEMS[code]
     body: dict[str, Any] = {
         "type": problem_type(code),
@@ -78,16 +79,20 @@ def problem_response(request: Request, code: str, detail: str, facts: dict[str, 
         "status": status,
         "detail": detail,
         "code": code,
-        # The decoded path: request.url.path would re-encode a '?' or '#' that the client sent as %3F or %23.
-        "instance": request.scope["path"],
+        "instance": instance,
     }
     if facts:
         body.update(facts)
     if code == "INVALID_REQUEST" and not body.get("errors"):
         body["errors"] = [{"field": "", "reason": detail}]
-    headers = {"Allow": facts["allow"]} if facts and "allow" in facts else {}
-    if headers:
-        del body["allow"]
+    return body
+
+
+def problem_response(request: Request, code: str, detail: str, facts: dict[str, Any] | None = None) -> Response:
+    # The decoded path: request.url.path would re-encode a '?' or '#' that the client sent as %3F or %23.
+    body = problem_body(code, detail, request.scope["path"], facts)
+    status = body["status"]
+    headers = {"Allow": body.pop("allow")} if "allow" in body else {}
     if code in UNREAD_BODY_CODES:
         # The body was refused unread: close the connection rather than let the server drain (read and discard)
         # up to the whole of it, as it would to keep a keep-alive connection usable.

@@ -1,8 +1,9 @@
-"""Fixtures of the persistence tests: a data directory, stores opened on it (closed at teardown), DSH fixture logs."""
+"""Fixtures of the persistence tests: a data directory and stores opened on it (closed at teardown).
+
+The DSH fixture logs come from ``tests/conftest.py`` (``dsh_logs_dir``)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,6 @@ from app.persistence.durable import DurableStore
 from app.persistence.files import FileJournal
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
 
 OpenStore = Callable[[Path], Awaitable[DurableStore]]
 
@@ -47,15 +47,3 @@ def open_store() -> Iterator[OpenStore]:
     yield open_
     for store in opened:
         store.close()
-
-
-@pytest.fixture
-def dsh_logs_dir() -> Path:
-    """The shared DSH fixture logs; skipped when ../shared is not checked out, a failure on CI."""
-    path = SHARED / "fixtures" / "dsh-logs"
-    if not path.is_dir():
-        reason = f"the DSH fixture logs are not available at {path} (../shared is not checked out)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return path

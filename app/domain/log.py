@@ -244,3 +244,59 @@ class SessionLog:
             nodes=list(nodes),
         )
         return child
+
+    # -- resuming from a checked prefix ----------------------------------------------------------------------------
+
+    def export(self) -> tuple[dict[str, Any], bytes]:
+        """Everything but the body needed to resume this log without checking its events again: a JSON-ready
+        description and the line offsets as bytes. :meth:`resume` takes them back with the same body."""
+        state = self.state
+        description = {
+            "count": state.count,
+            "lastTime": state.last_time,
+            "lastType": state.last_type,
+            "lastTurnEndSeq": state.last_turn_end_seq,
+            "openTurn": state.open_turn,
+            "openStep": state.open_step,
+            "nextTurn": state.next_turn,
+            "nextStep": state.next_step,
+            "pending": sorted(state.pending),
+            "nodes": state.nodes,
+            "surfaceOps": self._surface_ops,
+            "checkpoints": [
+                [seq, point.next_turn, point.next_step, sorted(point.pending)]
+                for seq, point in self._checkpoints.items()
+            ],
+            "bodyBytes": len(self._body),
+        }
+        return description, self._ends.tobytes()
+
+    @classmethod
+    def resume(cls, body: bytearray, description: dict[str, Any], ends: bytes) -> SessionLog:
+        """The log :meth:`export` described, over ``body`` (the same bytes); ValueError if they do not fit."""
+        log = cls()
+        log._body = body
+        log._ends = array("q")
+        log._ends.frombytes(ends)
+        count = description["count"]
+        if len(log._ends) != count or description["bodyBytes"] != len(body) or (count and log._ends[-1] != len(body)):
+            raise ValueError("the description does not fit the body")
+        log._surface_ops = [(int(seq), int(start), int(end)) for seq, start, end in description["surfaceOps"]]
+        log._checkpoints = {
+            int(seq): Checkpoint(next_turn, next_step, frozenset(pending))
+            for seq, next_turn, next_step, pending in description["checkpoints"]
+        }
+        log._turn_ends = array("q", sorted(log._checkpoints))
+        log.state = LogState(
+            count=count,
+            last_time=description["lastTime"],
+            last_type=description["lastType"],
+            last_turn_end_seq=description["lastTurnEndSeq"],
+            open_turn=description["openTurn"],
+            open_step=description["openStep"],
+            next_turn=description["nextTurn"],
+            next_step=description["nextStep"],
+            pending=set(description["pending"]),
+            nodes=[int(seq) for seq in description["nodes"]],
+        )
+        return log

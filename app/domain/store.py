@@ -272,6 +272,10 @@ class SessionStore:
             items.append(session)
         return items, next_cursor
 
+    def sessions(self) -> list[Session]:
+        """Every live session, in creation order."""
+        return [self._sessions[session_id] for _, session_id in self._order]
+
     def corrupt_ids(self) -> dict[str, str]:
         return dict(self._corrupt)
 

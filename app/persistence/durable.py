@@ -7,7 +7,7 @@ task, so a client that disconnects mid-request can never leave the disk and the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from app.domain.errors import ErrorCode, SessionError
@@ -27,6 +27,7 @@ class Journal(Protocol):
     async def append(self, session_id: str, lines: bytes) -> None: ...
     async def delete(self, session_id: str) -> None: ...
     def recover(self) -> Recovery: ...
+    def save_indexes(self, sessions: Iterable[Session]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -44,6 +45,9 @@ class MemoryJournal:
 
     def recover(self) -> Recovery:
         return Recovery()
+
+    def save_indexes(self, sessions: Iterable[Session]) -> None:
+        return None
 
     def close(self) -> None:
         return None
@@ -197,4 +201,7 @@ class DurableStore:
         return self.store.snapshot(session_id, at_seq=at_seq, instance=instance, expected_seq=expected_seq)
 
     def close(self) -> None:
+        """At a clean shutdown: index the live sessions for a fast next start, then release the journal."""
+        if self.ready:
+            self.journal.save_indexes(self.store.sessions())
         self.journal.close()

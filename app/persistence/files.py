@@ -25,14 +25,16 @@ import re
 import sys
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.domain.store import ID_PATTERN, SessionHeader, check_id, wall_clock_ms
+from app.domain.store import ID_PATTERN, Session, SessionHeader, check_id, wall_clock_ms
 from app.persistence.codec import encode_header
 from app.persistence.errors import DataDirLocked, StorageUnavailable
+from app.persistence.index import SUFFIX as INDEX_SUFFIX
+from app.persistence.index import read_index, write_index
 from app.persistence.recovery import CorruptLog, Recovered, recover_session
 
 log = logging.getLogger("forklog.storage")
@@ -199,9 +201,10 @@ class FileJournal:
         self.data_dir = Path(data_dir).absolute()
         self.sessions_dir = self.data_dir / "sessions"
         self.tmp_dir = self.data_dir / "tmp"
+        self.index_dir = self.data_dir / "index"
         self._sync = sync
         try:
-            for folder in (self.data_dir, self.sessions_dir, self.tmp_dir):
+            for folder in (self.data_dir, self.sessions_dir, self.tmp_dir, self.index_dir):
                 folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageUnavailable(f"cannot create the data directory {self.data_dir}: {exc.strerror}") from exc
@@ -317,6 +320,7 @@ class FileJournal:
             leftover.unlink(missing_ok=True)
         recovery = Recovery()
         now = wall_clock_ms()
+        indexes = {path.name[: -len(INDEX_SUFFIX)]: path for path in self.index_dir.glob(f"*{INDEX_SUFFIX}")}
         for path in sorted(self.sessions_dir.iterdir()):
             name = path.name
             session_id = name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name
@@ -327,7 +331,9 @@ class FileJournal:
                 continue
             try:
                 data = path.read_bytes()
-                recovered = recover_session(session_id, data, now=now)
+                index_path = indexes.pop(session_id, None)
+                index = read_index(index_path) if index_path is not None else None
+                recovered = recover_session(session_id, data, now=now, index=index)
             except CorruptLog as exc:
                 log.error("session %s is corrupt and kept out of service: %s", session_id, exc.reason)
                 recovery.corrupt.append(CorruptFile(session_id, str(path), exc.reason, created_at=exc.created_at))
@@ -342,7 +348,17 @@ class FileJournal:
                     if self._sync:
                         os.fsync(handle.fileno())
             recovery.sessions.append(recovered)
+        for orphan in [*indexes.values(), *self.index_dir.glob(".*.tmp")]:  # of deleted sessions, or half-written
+            orphan.unlink(missing_ok=True)
         return recovery
+
+    def save_indexes(self, sessions: Iterable[Session]) -> None:
+        """Index every session (at a clean shutdown) so that the next start resumes instead of checking again."""
+        for session in sessions:
+            try:
+                write_index(self.index_dir, session.id, session.log, sync=self._sync)
+            except OSError as exc:  # an index only makes a start faster: without it the next start checks all
+                log.warning("could not write the index of session %s: %s", session.id, exc.strerror)
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:

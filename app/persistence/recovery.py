@@ -16,6 +16,7 @@ from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep, may_round_trip_lo
 from app.domain.log import SessionLog
 from app.domain.store import Session, SessionHeader, derived_instance
 from app.persistence.codec import MalformedRecord, decode_line, expand_record, header_problem, parse_line
+from app.persistence.index import Index
 
 # Lines are recovered a window of about this many bytes at a time.
 WINDOW_BYTES = 4 * 1024 * 1024
@@ -55,8 +56,11 @@ def header_from_record(record: dict[str, object], session_id: str) -> SessionHea
     )
 
 
-def recover_session(session_id: str, data: bytes, *, now: int) -> Recovered:
-    """The session a file's bytes hold, or :class:`CorruptLog`."""
+def recover_session(session_id: str, data: bytes, *, now: int, index: Index | None = None) -> Recovered:
+    """The session a file's bytes hold, or :class:`CorruptLog`.
+
+    With an ``index`` whose prefix the file still holds, that prefix is resumed instead of checked again.
+    """
     header_end = data.find(b"\n")
     if header_end < 0:
         raise CorruptLog("empty or header-less session log (no complete header line)")
@@ -68,24 +72,27 @@ def recover_session(session_id: str, data: bytes, *, now: int) -> Recovered:
     if problem is not None:
         raise CorruptLog(problem)
     header = header_from_record(record, session_id)
+    committed = data.rfind(b"\n") + 1
+    start = header_end + 1
+    resumed = index.resume(memoryview(data)[start:committed]) if index is not None else None
     try:
-        log = _recover_events(data, header_end, now=now)
+        if resumed is None:
+            log = _recover_events(data, start, SessionLog(), now=now, line_no=1)
+        else:
+            log = _recover_events(data, start + resumed.byte_size, resumed, now=now, line_no=1 + len(resumed))
     except CorruptLog as exc:
         raise CorruptLog(exc.reason, header.created_at) from None
-    committed = data.rfind(b"\n") + 1
     return Recovered(Session(header, log), committed_bytes=committed, torn_bytes=len(data) - committed)
 
 
-def _recover_events(data: bytes, header_end: int, *, now: int) -> SessionLog:
-    """The log of the whole lines after the header; a final fragment without a newline is left out.
+def _recover_events(data: bytes, position: int, log: SessionLog, *, now: int, line_no: int) -> SessionLog:
+    """``log`` grown by the whole lines from ``position`` on (``line_no`` is the line before it); a final fragment
+    without a newline is left out.
 
     The lines are read a window at a time, so that only one window's events are Python objects at once, and each
     window is parsed by one orjson call when its lines are canonical (as forklog writes them).
     """
     committed = data.rfind(b"\n") + 1
-    log = SessionLog()
-    line_no = 1  # the header
-    position = header_end + 1
     while position < committed:
         cut = data.rfind(b"\n", position, min(position + WINDOW_BYTES, committed)) + 1
         end = cut if cut > position else data.index(b"\n", position) + 1

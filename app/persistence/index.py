@@ -1,0 +1,85 @@
+"""Index files: what a restart needs to resume a session without checking its stored events again.
+
+``<data-dir>/index/<id>.idx`` is written at a clean shutdown: one JSON line (the byte length and a BLAKE2b digest of
+the events' bytes, and the log's exported state), then the line offsets as raw bytes. At the next start, when the
+session file still begins with exactly those bytes, the log is resumed from the index and only the lines after them
+are checked. Any doubt (no index, a digest that differs, a file shorter than the prefix, an index that does not
+parse) means the whole file is checked as if there were no index: the index can make a start faster, never
+different.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from app.domain.log import SessionLog
+
+log = logging.getLogger("forklog.storage")
+
+INDEX_VERSION = 1
+SUFFIX = ".idx"
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    body_bytes: int
+    digest: str
+    description: dict[str, Any]
+    ends: bytes
+
+    def resume(self, events: bytes | memoryview) -> SessionLog | None:
+        """The log, when ``events`` (the file's bytes after its header) begin with the indexed bytes; else None."""
+        if len(events) < self.body_bytes:
+            return None
+        prefix = events[: self.body_bytes]
+        if digest(prefix) != self.digest:
+            return None
+        try:
+            return SessionLog.resume(bytearray(prefix), self.description, self.ends)
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def digest(data: bytes | bytearray | memoryview) -> str:
+    return hashlib.blake2b(data, digest_size=32).hexdigest()
+
+
+def read_index(path: Path) -> Index | None:
+    """The index at ``path``, or None when there is none or it cannot be used."""
+    try:
+        data = path.read_bytes()
+        head_end = data.index(b"\n")
+        head = orjson.loads(data[:head_end])
+        if head.get("version") != INDEX_VERSION:
+            return None
+        return Index(int(head["bodyBytes"]), str(head["digest"]), head["log"], data[head_end + 1 :])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def write_index(folder: Path, session_id: str, session_log: SessionLog, *, sync: bool) -> None:
+    """Write ``folder/<id>.idx`` atomically (a temp file renamed in place)."""
+    description, ends = session_log.export()
+    with memoryview(session_log.body_view()) as body:
+        head = {"version": INDEX_VERSION, "bodyBytes": len(body), "digest": digest(body), "log": description}
+    target = folder / f"{session_id}{SUFFIX}"
+    temporary = folder / f".{session_id}.{uuid.uuid4().hex[:12]}.tmp"
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(orjson.dumps(head) + b"\n")
+            handle.write(ends)
+            if sync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise

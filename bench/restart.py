@@ -62,19 +62,20 @@ def run(work: Path) -> list[Row]:
     took = time.perf_counter() - started
     log(f"restart: wrote {files} sessions, {events:,} events, {human_bytes(stored)} in {took:.1f} s")
     empty_ready, empty_hwm = start_to_ready(work / "restart-empty", work / "logs" / "restart-empty.log")
+    # The first start finds files without an index and checks every event; it then shuts down cleanly, indexing
+    # every session, so each later start is a restart after a clean shutdown. Both are reported.
     parse_times: list[float] = []
     ready_times: list[float] = []
     peaks: list[int] = []
-    for r in range(runs):
+    for r in range(runs + 1):
         parse_times.append(parse_all(data / "sessions"))
         ready, peak = start_to_ready(data, work / "logs" / "restart-forklog.log")
         ready_times.append(ready)
         peaks.append(peak)
-        log(
-            f"restart run {r + 1}/{runs}: ready after {ready:.2f} s (parse {parse_times[-1]:.2f} s), "
-            f"VmHWM {human_bytes(peak)}"
-        )
-    parse_s, ready_s, peak = median(parse_times), median(ready_times), int(median(peaks))
+        kind = "first start, no index" if r == 0 else f"restart {r}/{runs}"
+        log(f"restart: {kind}: ready after {ready:.2f} s (parse {parse_times[-1]:.2f} s), VmHWM {human_bytes(peak)}")
+    first_ready, first_parse, first_peak = ready_times.pop(0), parse_times.pop(0), peaks.pop(0)
+    parse_s, ready_s, peak = median(parse_times), median(ready_times), int(max(peaks))
     label = f"{human_bytes(stored)}, {files} sessions, {events:,} events"
     return [
         Row(
@@ -86,11 +87,24 @@ def run(work: Path) -> list[Row]:
             ready_s / parse_s,
             "<= 2x",
             ready_s <= 2 * parse_s,
-            f"{events / ready_s:,.0f} events/s recovered; empty data dir: ready after {empty_ready:.2f} s",
+            f"{events / ready_s:,.0f} events/s; after a clean shutdown (indexed); empty data dir: ready after "
+            f"{empty_ready:.2f} s",
         ),
         Row(
             "Restart",
-            "peak memory (VmHWM) per stored byte",
+            f"first start, no index: every event checked ({label})",
+            f"{first_ready:.2f} s",
+            "read + orjson.loads per line",
+            f"{first_parse:.2f} s",
+            first_ready / first_parse,
+            "",
+            None,
+            f"{events / first_ready:,.0f} events/s checked (files written by another program, or a lost index); "
+            f"VmHWM {human_bytes(first_peak)} ({first_peak / stored:.2f} B/B)",
+        ),
+        Row(
+            "Restart",
+            "peak memory (VmHWM) per stored byte, restart after a clean shutdown",
             f"{peak / stored:.2f} B/B",
             "bytes on disk",
             human_bytes(stored),

@@ -128,9 +128,6 @@ class SessionLog:
     def events(self, start: int = 0, stop: int | None = None) -> list[dict[str, Any]]:
         return orjson.loads(self.json_array(start, stop))  # type: ignore[no-any-return]
 
-    def iter_line_ends(self) -> Iterator[int]:
-        return iter(self._ends)
-
     def is_turn_end(self, seq: int) -> bool:
         at = bisect_right(self._turn_ends, seq) - 1
         return at >= 0 and self._turn_ends[at] == seq

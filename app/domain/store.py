@@ -13,7 +13,7 @@ import time
 import uuid
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -178,7 +178,6 @@ class PendingCreate:
     """A session checked and built, not yet live: make ``header`` + ``session.log`` durable, then commit."""
 
     session: Session
-    committed: bool = field(default=False)
 
 
 @dataclass(slots=True)
@@ -339,7 +338,6 @@ class SessionStore:
         session = pending.session
         self._reserved.discard(session.id)
         self._add(session)
-        pending.committed = True
         return session
 
     def abort_create(self, pending: PendingCreate) -> None:

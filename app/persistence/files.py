@@ -208,6 +208,11 @@ class FileJournal:
                 folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageUnavailable(f"cannot create the data directory {self.data_dir}: {exc.strerror}") from exc
+        if sync:
+            # New folders are durable only once their parents' entries are: sync them before any session is made.
+            for folder in (self.data_dir.parent, self.data_dir):
+                with contextlib.suppress(OSError):  # a parent we may not open: then nothing more can be done
+                    _fsync_dir(folder)
         self._lock_fd = self._lock()
         self._committer = _GroupCommitter(sync=sync)
 

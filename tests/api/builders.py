@@ -5,100 +5,48 @@ Appended events carry no ``seq``/``time`` (the server assigns them); :func:`as_s
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
-Event = dict[str, Any]
+from tests.events import (
+    Event,
+    assistant_message,
+    message_id,
+    step_end,
+    step_start,
+    tool_call,
+    tool_result,
+    turn_end,
+    turn_start,
+    user_message,
+)
 
-_ids = itertools.count(1)
+__all__ = [
+    "TURN_LENGTH",
+    "Event",
+    "as_seed",
+    "assistant_message",
+    "close_turn",
+    "nested_list",
+    "note",
+    "open_turn",
+    "step_end",
+    "step_start",
+    "text_chunk",
+    "tool_call",
+    "tool_result",
+    "turn",
+    "turn_end",
+    "turn_start",
+    "turns",
+    "user_message",
+]
 
 # The number of events :func:`turn` yields: a client can tell the next turn's number from ``eventCount``.
 TURN_LENGTH = 9
 
 
-def _message_id(prefix: str) -> str:
-    return f"{prefix}-{next(_ids)}"
-
-
-def turn_start(turn: int) -> Event:
-    return {"type": "turn/start", "data": {"turn": turn}}
-
-
-def turn_end(turn: int, kind: str = "completed") -> Event:
-    return {"type": "turn/end", "data": {"turn": turn, "reason": {"kind": kind}}}
-
-
-def step_start(turn: int, step: int = 1) -> Event:
-    return {"type": "step/start", "data": {"turn": turn, "step": step}}
-
-
-def step_end(turn: int, step: int = 1) -> Event:
-    return {"type": "step/end", "data": {"turn": turn, "step": step}}
-
-
-def user_message(text: str, *, surface_op: Any = "append", sources: list[int] | None = None) -> Event:
-    event: Event = {
-        "type": "user/message",
-        "data": {
-            "id": _message_id("user"),
-            "role": "user",
-            "content": [{"type": "text", "text": text}],
-            "source": {"kind": "user"},
-        },
-        "surfaceOp": surface_op,
-    }
-    if sources is not None:
-        event["sourceEventSeqs"] = sources
-    return event
-
-
-def assistant_message(turn: int, step: int, text: str | None) -> Event:
-    """The model's answer; ``text=None`` gives an empty ``content`` (a surface node with no message)."""
-    content = [] if text is None else [{"type": "text", "text": text}]
-    return {
-        "type": "assistant/message",
-        "data": {
-            "turn": turn,
-            "step": step,
-            "message": {
-                "id": _message_id("assistant"),
-                "role": "assistant",
-                "content": content,
-                "source": {"kind": "model", "provider": "deepseek", "model": "deepseek-chat"},
-            },
-        },
-        "surfaceOp": "append",
-    }
-
-
 def text_chunk(turn: int, step: int, text: str) -> Event:
     return {"type": "assistant/chunk", "data": {"turn": turn, "step": step, "chunk": {"type": "text", "text": text}}}
-
-
-def tool_call(turn: int, step: int, call_id: str) -> Event:
-    return {
-        "type": "tool/call",
-        "data": {"turn": turn, "step": step, "callId": call_id, "name": "read_file", "arguments": '{"path":"a"}'},
-    }
-
-
-def tool_result(turn: int, step: int, call_id: str, text: str) -> Event:
-    return {
-        "type": "tool/result",
-        "data": {
-            "turn": turn,
-            "step": step,
-            "message": {
-                "id": _message_id("tool"),
-                "role": "user",
-                "content": [
-                    {"type": "tool-result", "toolCallId": call_id, "content": [{"type": "text", "text": text}]}
-                ],
-                "source": {"kind": "tool", "callId": call_id},
-            },
-        },
-        "surfaceOp": "append",
-    }
 
 
 def note(text: str) -> Event:
@@ -113,7 +61,7 @@ def open_turn(turn: int) -> list[Event]:
 
 def close_turn(turn: int, kind: str = "completed") -> list[Event]:
     """The rest of the turn :func:`open_turn` began: a tool round trip, the answer, step and turn end."""
-    call_id = f"call-{turn}-{next(_ids)}"
+    call_id = message_id(f"call-{turn}")
     return [
         tool_call(turn, 1, call_id),
         tool_result(turn, 1, call_id, f"result {turn}"),

@@ -7,7 +7,6 @@ defaults up (more examples, more operations, more crash rounds).
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import signal
 import socket
@@ -23,6 +22,7 @@ import httpx
 from app.api.problems import PROBLEM_JSON, PROBLEMS
 from app.domain.jsonvalue import loads as lossless_loads
 from app.domain.store import SessionStore
+from tests.events import assistant_message, user_message
 
 REPO = Path(__file__).resolve().parents[2]
 LONG = os.environ.get("FORKLOG_FUZZ_LONG", "") not in ("", "0", "false", "no")
@@ -41,42 +41,6 @@ def scaled(short: int, long: int) -> int:
 
 
 # -- valid events ----------------------------------------------------------------------------------------------------
-
-_ids = itertools.count(1)
-
-
-def _message_id(prefix: str) -> str:
-    return f"{prefix}-{os.getpid()}-{next(_ids)}"
-
-
-def user_message(text: str) -> dict[str, Any]:
-    return {
-        "type": "user/message",
-        "data": {
-            "id": _message_id("user"),
-            "role": "user",
-            "content": [{"type": "text", "text": text}],
-            "source": {"kind": "user"},
-        },
-        "surfaceOp": "append",
-    }
-
-
-def assistant_message(turn: int, step: int, text: str) -> dict[str, Any]:
-    return {
-        "type": "assistant/message",
-        "data": {
-            "turn": turn,
-            "step": step,
-            "message": {
-                "id": _message_id("assistant"),
-                "role": "assistant",
-                "content": [{"type": "text", "text": text}],
-                "source": {"kind": "model", "provider": "deepseek", "model": "deepseek-chat"},
-            },
-        },
-        "surfaceOp": "append",
-    }
 
 
 def turn_events(turn: int, *, text: str = "hello", steps: int = 1, chunks: int = 2) -> list[dict[str, Any]]:

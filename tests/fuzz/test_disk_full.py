@@ -25,13 +25,13 @@ from app.api.app import create_app
 from app.api.settings import Settings
 from app.persistence.durable import DurableStore
 from app.persistence.files import FileJournal
+from tests.events import user_message
 from tests.fuzz.support import (
     ServerProcess,
     assert_no_forbidden_5xx,
     data_files,
     problem_code,
     turn_events,
-    user_message,
 )
 
 

@@ -2,92 +2,42 @@
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
-_message_ids = itertools.count(1)
+from tests.events import (
+    assistant_message,
+    message_id,
+    step_end,
+    step_start,
+    tool_call,
+    tool_result,
+    turn_end,
+    turn_start,
+    user_message,
+)
 
-
-def _next_id(prefix: str) -> str:
-    return f"{prefix}-{next(_message_ids)}"
-
-
-def turn_start(turn: int) -> dict[str, Any]:
-    return {"type": "turn/start", "data": {"turn": turn}}
-
-
-def turn_end(turn: int, kind: str = "completed") -> dict[str, Any]:
-    return {"type": "turn/end", "data": {"turn": turn, "reason": {"kind": kind}}}
-
-
-def step_start(turn: int, step: int = 1) -> dict[str, Any]:
-    return {"type": "step/start", "data": {"turn": turn, "step": step}}
-
-
-def step_end(turn: int, step: int = 1) -> dict[str, Any]:
-    return {"type": "step/end", "data": {"turn": turn, "step": step}}
-
-
-def user_message(text: str) -> dict[str, Any]:
-    return {
-        "type": "user/message",
-        "data": {
-            "id": _next_id("user"),
-            "role": "user",
-            "content": [{"type": "text", "text": text}],
-            "source": {"kind": "user"},
-        },
-        "surfaceOp": "append",
-    }
+__all__ = [
+    "assistant_message",
+    "close_turn",
+    "full_turn",
+    "log_only",
+    "open_turn",
+    "step_end",
+    "step_start",
+    "text_chunk",
+    "tool_call",
+    "tool_result",
+    "turn_end",
+    "turn_start",
+    "turns",
+    "user_message",
+]
 
 
 def text_chunk(turn: int, step: int, text: str) -> dict[str, Any]:
     return {
         "type": "assistant/chunk",
         "data": {"turn": turn, "step": step, "chunk": {"type": "text-delta", "index": 0, "text": text}},
-    }
-
-
-def assistant_message(turn: int, step: int, text: str) -> dict[str, Any]:
-    return {
-        "type": "assistant/message",
-        "data": {
-            "turn": turn,
-            "step": step,
-            "message": {
-                "id": _next_id("assistant"),
-                "role": "assistant",
-                "content": [{"type": "text", "text": text}],
-                "source": {"kind": "model", "provider": "deepseek", "model": "deepseek-chat"},
-            },
-        },
-        "surfaceOp": "append",
-    }
-
-
-def tool_call(turn: int, step: int, call_id: str) -> dict[str, Any]:
-    return {
-        "type": "tool/call",
-        "data": {"turn": turn, "step": step, "callId": call_id, "name": "read_file", "arguments": '{"path": "a"}'},
-    }
-
-
-def tool_result(turn: int, step: int, call_id: str, text: str) -> dict[str, Any]:
-    return {
-        "type": "tool/result",
-        "data": {
-            "turn": turn,
-            "step": step,
-            "message": {
-                "id": _next_id("tool"),
-                "role": "user",
-                "content": [
-                    {"type": "tool-result", "toolCallId": call_id, "content": [{"type": "text", "text": text}]}
-                ],
-                "source": {"kind": "tool", "callId": call_id},
-            },
-        },
-        "surfaceOp": "append",
     }
 
 
@@ -110,7 +60,7 @@ def open_turn(turn: int, text: str = "hello") -> list[dict[str, Any]]:
 
 def close_turn(turn: int, text: str = "done") -> list[dict[str, Any]]:
     """The rest of a turn :func:`open_turn` began: a tool round trip, the answer, step and turn end."""
-    call_id = f"call-{_next_id('c')}"
+    call_id = f"call-{message_id('c')}"
     return [
         tool_call(turn, 1, call_id),
         tool_result(turn, 1, call_id, "file contents"),

@@ -22,6 +22,7 @@ from app.persistence.durable import DurableStore, Journal
 from app.persistence.files import FileJournal
 
 access_log = logging.getLogger("forklog.access")
+storage_log = logging.getLogger("forklog.storage")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -210,6 +211,12 @@ PROBLEMS_BY_STATUS = {
 }
 
 
+def _report_failed_recovery(recovery: asyncio.Task[None]) -> None:
+    # Recovery handles every file's damage itself; reaching here is a bug, and the service stays NOT_READY.
+    if not recovery.cancelled() and recovery.exception() is not None:
+        storage_log.critical("recovery failed; the service stays NOT_READY", exc_info=recovery.exception())
+
+
 def create_app(settings: Settings | None = None, *, journal: Journal | None = None) -> FastAPI:
     """Build the service. The journal (the data directory and its lock) is opened here unless one is given."""
     settings = settings or Settings()
@@ -219,6 +226,7 @@ def create_app(settings: Settings | None = None, *, journal: Journal | None = No
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Recovery runs while the port is open: /healthz answers, every session route answers NOT_READY.
         recovery = asyncio.create_task(durable.recover())
+        recovery.add_done_callback(_report_failed_recovery)
         try:
             yield
         finally:

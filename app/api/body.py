@@ -57,7 +57,11 @@ async def read_body(request: Request, *, limit: int, empty_is_object: bool) -> J
     """The request's JSON object body, or the problem the contract names for it."""
     content_type = request.headers.get("content-type")
     declared_length = request.headers.get("content-length")
-    length = int(declared_length) if declared_length is not None and declared_length.isdigit() else None
+    length = (
+        int(declared_length)
+        if declared_length is not None and declared_length.isascii() and declared_length.isdigit()
+        else None
+    )
     is_json = content_type is None or _is_json_media_type(content_type)
     # A body not declared JSON is 415, except a 0-byte body where the route reads none as {} (spec 3).
     if not is_json and not (empty_is_object and length == 0):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -34,7 +33,7 @@ from app.api.schemas import (
     SnapshotOut,
     SnapshotRequest,
 )
-from app.domain.jsonvalue import MAX_SAFE_INTEGER
+from app.domain.jsonvalue import MAX_SAFE_INTEGER, dumps
 from app.domain.store import META_KEYS, SessionView, check_id
 from app.persistence.durable import DurableStore
 
@@ -68,14 +67,6 @@ def _require_ready(durable: DurableStore) -> None:
 
 def _json(content: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(content, status_code=status, media_type="application/json", headers=headers)
-
-
-def _dumps_deep(value: Any) -> bytes:
-    """JSON of a value that may nest as deep as a stored event allows (1,000 levels), beyond orjson's 254."""
-    try:
-        return orjson.dumps(value)
-    except TypeError:  # "Recursion limit reached"
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def _session_json(view: SessionView) -> bytes:
@@ -243,7 +234,7 @@ async def read_history(
     boundary = query_integer(at_seq, "atSeq")
     _require_ready(durable)
     messages, count = durable.store.history(id, boundary)
-    return _json(_dumps_deep({"messages": messages, "eventCount": count}))
+    return _json(dumps({"messages": messages, "eventCount": count}))
 
 
 # -- snapshot and fork -----------------------------------------------------------------------------------------------

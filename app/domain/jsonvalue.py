@@ -160,10 +160,25 @@ _MARKING = json.JSONDecoder(
 
 
 def _ensure_recursion_room() -> None:
-    # The C scanner counts each nesting level against the interpreter's recursion limit; MAX_DEPTH levels plus
-    # the server's own stack must fit.
+    # The C scanner and encoder count each nesting level against the interpreter's recursion limit; MAX_DEPTH
+    # levels plus the server's own stack must fit.
     if sys.getrecursionlimit() < MAX_DEPTH * 4:
         sys.setrecursionlimit(MAX_DEPTH * 4)
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON of a value that may nest as deep as lossless JSON allows (MAX_DEPTH levels), beyond the 254
+    orjson writes. TypeError for what JSON cannot carry (e.g. a lone surrogate)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError as exc:
+        if str(exc) != "Recursion limit reached":
+            raise
+    _ensure_recursion_room()
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    except (RecursionError, ValueError) as exc:
+        raise TypeError(str(exc)) from None
 
 
 def _walk_breaks(value: Any, path: Path) -> Iterator[Break]:

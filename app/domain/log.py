@@ -10,8 +10,6 @@ boundary rebuild its state without replaying the log.
 
 from __future__ import annotations
 
-import json
-import sys
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
@@ -23,7 +21,7 @@ import orjson
 from app.domain.errors import EventRejected
 from app.domain.events import LogState, admit
 from app.domain.history import SurfaceOp, fold_surface, project_message
-from app.domain.jsonvalue import MAX_DEPTH
+from app.domain.jsonvalue import dumps
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,18 +51,7 @@ _NEWLINES_TO_COMMAS = bytes.maketrans(b"\n", b",")
 
 
 def encode_event(event: dict[str, Any]) -> bytes:
-    try:
-        return orjson.dumps(event)
-    except TypeError as exc:
-        if str(exc) != "Recursion limit reached":
-            raise
-    # orjson stops at 254 levels; an event may nest as deep as lossless JSON allows (MAX_DEPTH levels).
-    if sys.getrecursionlimit() < MAX_DEPTH * 4:
-        sys.setrecursionlimit(MAX_DEPTH * 4)
-    try:
-        return json.dumps(event, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
-    except (RecursionError, ValueError) as exc:  # e.g. a lone surrogate: never stored
-        raise TypeError(str(exc)) from None
+    return dumps(event)
 
 
 class SessionLog:

@@ -22,6 +22,7 @@ import logging
 import os
 import platform
 import re
+import shutil
 import sys
 import threading
 import uuid
@@ -85,6 +86,7 @@ class _Append:
     fd: int = -1
     size_before: int = -1  # known once the file is open and measured; nothing is written before that
     error: BaseException | None = None
+    answered: bool = False
 
 
 def _syncfs() -> Callable[[int], None] | None:
@@ -123,6 +125,9 @@ class _GroupCommitter:
         # after another (fdatasync releases the GIL).
         self._syncers = ThreadPoolExecutor(max_workers=SYNCS_IN_PARALLEL, thread_name_prefix="forklog-sync")
         self._queue: list[_Append] = []
+        # A file whose failed append could not be cut back: the size to cut it to before its next append.
+        self._unclean: dict[Path, int] = {}
+        self._unclean_lock = threading.Lock()
         self._wakeup = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="forklog-group-commit", daemon=True)
@@ -130,10 +135,15 @@ class _GroupCommitter:
 
     def submit(self, item: _Append) -> None:
         with self._wakeup:
-            if self._closed:
+            if self._closed or not self._thread.is_alive():
                 raise StorageUnavailable("the storage is shutting down")
             self._queue.append(item)
             self._wakeup.notify()
+
+    def forget(self, path: Path) -> None:
+        """The file at ``path`` was removed or made anew: nothing is left to cut from it."""
+        with self._unclean_lock:
+            self._unclean.pop(path, None)
 
     def close(self) -> None:
         with self._wakeup:
@@ -150,12 +160,26 @@ class _GroupCommitter:
                 if not self._queue and self._closed:
                     return
                 batch, self._queue = self._queue, []
-            self._commit(batch)
+            try:
+                self._commit(batch)
+            except BaseException as exc:  # a bug: still answer every append (as failed) and keep the writer alive
+                log.exception("the group commit failed")
+                for item in batch:
+                    if not item.answered:
+                        item.answered = True
+                        with contextlib.suppress(Exception):
+                            item.done(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
 
     def _commit(self, batch: list[_Append]) -> None:
         for item in batch:
             try:
                 item.fd = os.open(item.path, os.O_WRONLY | os.O_APPEND)
+                with self._unclean_lock:
+                    clean_size = self._unclean.get(item.path)
+                if clean_size is not None:  # cut away what a failed append left before writing after it
+                    os.ftruncate(item.fd, clean_size)
+                    os.fsync(item.fd)
+                    self.forget(item.path)
                 item.size_before = os.fstat(item.fd).st_size
                 _write_all(item.fd, item.data)
             except OSError as exc:
@@ -179,7 +203,11 @@ class _GroupCommitter:
             if item.error is not None and item.size_before >= 0:
                 self._roll_back(item)
             if item.fd >= 0:
-                os.close(item.fd)
+                try:
+                    os.close(item.fd)
+                except OSError:  # the data was synced (or the error is already the answer): closing changes nothing
+                    log.warning("could not close %s after an append", item.path)
+            item.answered = True
             try:
                 item.done(item.error)
             except Exception:  # e.g. the event loop closed: the writer must live on for the others
@@ -191,6 +219,9 @@ class _GroupCommitter:
             os.ftruncate(item.fd, item.size_before)
             os.fsync(item.fd)
         except OSError:
+            # Never write after bytes nobody acknowledged: the next append to this file cuts them first (or fails).
+            with self._unclean_lock:
+                self._unclean.setdefault(item.path, item.size_before)
             log.exception("could not roll back a failed append to %s", item.path)
 
 
@@ -248,6 +279,7 @@ class FileJournal:
     def create_sync(self, header: SessionHeader, lines: bytes | memoryview) -> None:
         """Write header + lines to a temp file, sync it, link it in place (never overwriting), sync the folder."""
         final = self.path_for(header.id)
+        self._committer.forget(final)
         tmp = self.tmp_dir / f"{header.id}.{uuid.uuid4().hex[:12]}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -299,6 +331,7 @@ class FileJournal:
         path = self.path_for(session_id)
         trash = self.tmp_dir / f"{session_id}.{uuid.uuid4().hex[:12]}.deleted"
         os.rename(path, trash)
+        self._committer.forget(path)
         if self._sync:
             try:
                 _fsync_dir(self.sessions_dir)
@@ -322,7 +355,7 @@ class FileJournal:
         """Every session file, rebuilt; a torn tail is truncated away, any other damage is reported and left alone."""
         for leftover in self.tmp_dir.iterdir():
             # A create or delete that crashed half-way: the file was never linked in, or was already unlinked.
-            leftover.unlink(missing_ok=True)
+            _remove_quietly(leftover)
         recovery = Recovery()
         now = wall_clock_ms()
         indexes = {path.name[: -len(INDEX_SUFFIX)]: path for path in self.index_dir.glob(f"*{INDEX_SUFFIX}")}
@@ -348,13 +381,20 @@ class FileJournal:
                 continue
             if recovered.torn_bytes:
                 log.warning("session %s: dropped a torn last line of %d bytes", session_id, recovered.torn_bytes)
-                with open(path, "r+b") as handle:
-                    handle.truncate(recovered.committed_bytes)
-                    if self._sync:
-                        os.fsync(handle.fileno())
+                try:
+                    with open(path, "r+b") as handle:
+                        handle.truncate(recovered.committed_bytes)
+                        if self._sync:
+                            os.fsync(handle.fileno())
+                except OSError as exc:  # appending after the torn bytes would damage the log: keep it out
+                    reason = f"a torn last line could not be cut away: {exc.strerror}"
+                    log.error("session %s is kept out of service: %s", session_id, reason)
+                    created_at = recovered.session.header.created_at
+                    recovery.corrupt.append(CorruptFile(session_id, str(path), reason, created_at=created_at))
+                    continue
             recovery.sessions.append(recovered)
         for orphan in [*indexes.values(), *self.index_dir.glob(".*.tmp")]:  # of deleted sessions, or half-written
-            orphan.unlink(missing_ok=True)
+            _remove_quietly(orphan)
         return recovery
 
     def save_indexes(self, sessions: Iterable[Session]) -> None:
@@ -364,6 +404,17 @@ class FileJournal:
                 write_index(self.index_dir, session.id, session.log, sync=self._sync)
             except OSError as exc:  # an index only makes a start faster: without it the next start checks all
                 log.warning("could not write the index of session %s: %s", session.id, exc.strerror)
+
+
+def _remove_quietly(path: Path) -> None:
+    """Remove a leftover file or folder; one that resists is logged and left (it is never read)."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("could not remove the leftover %s: %s", path, exc.strerror)
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:

@@ -44,7 +44,7 @@ class Index:
             return None
         try:
             return SessionLog.resume(bytearray(prefix), self.description, self.ends)
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):
             return None
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sys
+from typing import Any
 
 import pytest
 
@@ -10,6 +12,7 @@ from app.domain.jsonvalue import (
     MAX_DEPTH,
     JsonSyntaxError,
     JsonTooDeep,
+    dumps,
     is_marker,
     json_equal,
     loads,
@@ -308,3 +311,18 @@ def test_a_break_at_the_top_level_has_the_empty_path() -> None:
 def test_json_equal(a: object, b: object, equal: bool) -> None:
     assert json_equal(a, b) is equal
     assert json_equal(b, a) is equal
+
+
+def test_dumps_writes_the_deepest_value_even_under_the_default_recursion_limit() -> None:
+    # A restart that resumes from an index parses nothing slowly, so nothing has raised the limit before the first
+    # history of a deep event is written.
+    value: Any = "bottom"
+    for _ in range(995):
+        value = [value]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        written = dumps({"messages": [{"content": value}]})
+    finally:
+        sys.setrecursionlimit(max(limit, sys.getrecursionlimit()))
+    assert loads(written)[0] == {"messages": [{"content": value}]}

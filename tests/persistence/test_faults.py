@@ -310,3 +310,57 @@ def test_a_delete_whose_last_unlink_fails_is_still_a_delete(
         await store.create("gone", None, None)
 
     asyncio.run(run())
+
+
+# -- double faults -----------------------------------------------------------------------------------------------------
+
+
+def test_a_failed_roll_back_is_cut_away_before_the_next_append(
+    data_dir: Path, open_store: OpenStore, fake_os: FaultyOs
+) -> None:
+    async def run() -> list[bytes]:
+        store = await open_store(data_dir)
+        await store.create("s", b.turns(1, 1), None)
+        fake_os.fault("write", write_half_then_enospc)
+        fake_os.fault("ftruncate", fail())  # the roll back fails too: half a batch stays in the file
+        with pytest.raises(StorageUnavailable):
+            await store.append("s", b.full_turn(2))
+        fake_os.heal("write")
+        fake_os.heal("ftruncate")
+        await store.append("s", b.full_turn(2))  # the retry: the leftover bytes are cut before it is written
+        lines = store.get("s").log.lines()
+        store.close()
+        return [lines]
+
+    (lines,) = asyncio.run(run())
+
+    async def second_life() -> None:
+        store = await open_store(data_dir)
+        assert store.corrupt == []
+        assert store.get("s").log.lines() == lines
+
+    asyncio.run(second_life())
+
+
+def test_the_writer_survives_an_error_it_did_not_expect(
+    data_dir: Path, open_store: OpenStore, fake_os: FaultyOs
+) -> None:
+    closes = {"failed": False}
+
+    def close_once_failing(fd: int) -> None:
+        os.close(fd)
+        if not closes["failed"]:  # the writer's first close: the session file it appended to and synced
+            closes["failed"] = True
+            raise disk_error()
+
+    async def run() -> None:
+        store = await open_store(data_dir)
+        await store.create("s", b.turns(1, 1), None)
+        fake_os.fault("close", close_once_failing)
+        await asyncio.wait_for(store.append("s", b.full_turn(2)), 10)  # synced before the close failed: it stands
+        fake_os.heal("close")
+        assert closes["failed"]
+        await asyncio.wait_for(store.append("s", b.full_turn(3)), 10)  # and the writer still serves
+        assert store.get("s").view().event_count == 3 * len(b.full_turn(1))
+
+    asyncio.run(run())

@@ -641,3 +641,18 @@ def test_a_second_process_on_the_same_directory_exits_with_the_path(data_dir: Pa
         [sys.executable, "-c", snippet, str(data_dir)], cwd=REPO, capture_output=True, text=True, timeout=30
     )
     assert allowed.returncode == 0, allowed.stderr
+
+
+def test_a_folder_left_in_tmp_does_not_stop_recovery(data_dir: Path, open_store: OpenStore) -> None:
+    async def scenario() -> None:
+        store = await open_store(data_dir)
+        await store.create("s", b.turns(1, 1), None)
+        store.close()
+        (data_dir / "tmp" / "odd.dir" / "inner").mkdir(parents=True)
+        (data_dir / "index" / "gone.idx").mkdir()  # an orphan index that is a folder
+        again = await open_store(data_dir)
+        assert again.ready and again.corrupt == []
+        assert len(again.get("s").log) == len(b.turns(1, 1))
+        assert list((data_dir / "tmp").iterdir()) == []
+
+    asyncio.run(scenario())

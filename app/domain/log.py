@@ -50,6 +50,22 @@ class StagedEvents:
 _NEWLINES_TO_COMMAS = bytes.maketrans(b"\n", b",")
 
 
+def chain(first: StagedEvents, second: StagedEvents) -> StagedEvents:
+    """One batch of ``first`` then ``second`` (staged ``after=first``): committed, and written, at once."""
+    if second.base_count != first.base_count + len(first.events):
+        raise ValueError("the second batch was not staged after the first")
+    return StagedEvents(
+        base_count=first.base_count,
+        state=second.state,
+        events=first.events + second.events,
+        lines=first.lines + second.lines,
+        ends=first.ends + second.ends,
+        surface_ops=first.surface_ops + second.surface_ops,
+        turn_ends=first.turn_ends + second.turn_ends,
+        checkpoints={**first.checkpoints, **second.checkpoints},
+    )
+
+
 def encode_event(event: dict[str, Any]) -> bytes:
     return dumps(event)
 
@@ -141,20 +157,28 @@ class SessionLog:
         appended: bool,
         now: int,
         breaks: dict[int, str] | None = None,
+        after: StagedEvents | None = None,
     ) -> StagedEvents:
         """Validate ``raws`` as the next events, as one sequence; raise :class:`EventRejected` at the first bad one.
 
         Nothing changes until :meth:`commit`: the log stays readable, as it was, while the batch is made durable.
+        ``after``, a batch staged but not committed yet, puts these events after it (see :func:`chain`).
         """
-        state = self.state.staged()
-        staged = StagedEvents(base_count=len(self), state=state, events=[], lines=b"", ends=array("q"))
-        base = len(self)
+        committed = len(self)
+        state = (after.state if after is not None else self.state).staged()
+        base = after.base_count + len(after.events) if after is not None else committed
+        staged = StagedEvents(base_count=base, state=state, events=[], lines=b"", ends=array("q"))
 
         def event_at(seq: int) -> dict[str, Any]:
-            return self.event(seq) if seq < base else staged.events[seq - base]
+            if seq < committed:
+                return self.event(seq)
+            if seq < base:
+                assert after is not None
+                return after.events[seq - after.base_count]
+            return staged.events[seq - base]
 
         chunks: list[bytes] = []
-        offset = len(self._body)
+        offset = after.ends[-1] if after is not None and after.ends else len(self._body)
         for index, raw in enumerate(raws):
             event = admit(
                 state,

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from app.domain.errors import ErrorCode, EventRejected, SessionError
+from app.domain.events import LogState
 from app.domain.jsonvalue import is_safe_integer
 from app.domain.log import SessionLog, StagedEvents
 
@@ -141,7 +142,10 @@ class Session:
         return len(self.log) == 0 or self.log.state.last_type == "turn/end"
 
     def view(self) -> SessionView:
-        state = self.log.state
+        return self.view_at(self.log.state)
+
+    def view_at(self, state: LogState) -> SessionView:
+        """The session as it is (or will be, for a staged state) when its log's rules are in ``state``."""
         header = self.header
         open_turn = state.open_turn
         if isinstance(open_turn, float) and open_turn.is_integer():
@@ -156,11 +160,11 @@ class Session:
             origin=header.origin,
             delegation_depth=header.delegation_depth,
             agent_preset=header.agent_preset,
-            event_count=len(self.log),
+            event_count=state.count,
             last_event_type=state.last_type,
             open_turn=open_turn,
             last_turn_end_seq=state.last_turn_end_seq,
-            forkable=self.forkable,
+            forkable=state.count == 0 or state.last_type == "turn/end",
         )
 
 
@@ -242,14 +246,17 @@ class SessionStore:
                 f'session "{session_id}" already exists; pick another id or omit it',
             )
 
-    def _check_live(self, session: Session, instance: str | None, expected_seq: int | None) -> None:
+    def _check_live(
+        self, session: Session, instance: str | None, expected_seq: int | None, length: int | None = None
+    ) -> None:
         if instance is not None and instance != session.header.instance:
             raise SessionError(
                 ErrorCode.SESSION_NOT_LIVE,
                 f'instance "{instance}" is not the live incarnation of session "{session.id}"; re-read the session',
             )
-        if expected_seq is not None and expected_seq != len(session.log):
-            raise _seq_conflict(len(session.log))
+        current = len(session.log) if length is None else length
+        if expected_seq is not None and expected_seq != current:
+            raise _seq_conflict(current)
 
     def page(
         self, *, parent: str | None = None, limit: int = 100, cursor: str | None = None
@@ -387,11 +394,14 @@ class SessionStore:
         expected_seq: int | None = None,
         instance: str | None = None,
         breaks: dict[int, str] | None = None,
+        after: StagedEvents | None = None,
     ) -> PendingAppend:
+        """Check an append; with ``after`` (a batch of the same session staged, not yet committed), as if that
+        batch were already in the log."""
         session = self.get(session_id)
-        self._check_live(session, instance, expected_seq)
+        self._check_live(session, instance, expected_seq, None if after is None else after.state.count)
         try:
-            staged = session.log.stage(events, appended=True, now=self._clock(), breaks=breaks)
+            staged = session.log.stage(events, appended=True, now=self._clock(), breaks=breaks, after=after)
         except EventRejected as rejected:
             raise SessionError(
                 ErrorCode.INVALID_EVENT,

@@ -8,13 +8,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from app.domain.errors import ErrorCode, SessionError
-from app.domain.store import PendingCreate, Session, SessionHeader, SessionStore, SessionView, Snapshot, build_seed_log
+from app.domain.log import StagedEvents, chain
+from app.domain.store import (
+    PendingAppend,
+    PendingCreate,
+    Session,
+    SessionHeader,
+    SessionStore,
+    SessionView,
+    Snapshot,
+    build_seed_log,
+)
 from app.persistence.files import AlreadyOnDisk, CorruptFile, Recovery
 
 T = TypeVar("T")
+AppendResult = tuple[list[dict[str, Any]], bytes, SessionView]
 
 # Seeds larger than this are checked off the event loop.
 SEED_EVENTS_CHECKED_INLINE = 1000
@@ -53,6 +65,23 @@ class MemoryJournal:
         return None
 
 
+@dataclass(slots=True)
+class _WaitingAppend:
+    events: Sequence[Any]
+    expected_seq: int | None
+    instance: str | None
+    breaks: dict[int, str] | None
+    answer: asyncio.Future[AppendResult]
+
+    def succeed(self, result: AppendResult) -> None:
+        if not self.answer.done():
+            self.answer.set_result(result)
+
+    def fail(self, error: Exception) -> None:
+        if not self.answer.done():
+            self.answer.set_exception(error)
+
+
 class DurableStore:
     def __init__(self, journal: Journal, store: SessionStore | None = None) -> None:
         self.journal = journal
@@ -60,6 +89,9 @@ class DurableStore:
         self.ready = False
         self.corrupt: list[CorruptFile] = []
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        # Appends waiting for their session's next group; a session is in here while its drainer runs.
+        self._waiting_appends: dict[str, list[_WaitingAppend]] = {}
+        self._drainers: set[asyncio.Task[None]] = set()
 
     async def recover(self) -> None:
         """Load every session from the journal; afterwards the store is ready."""
@@ -141,18 +173,69 @@ class DurableStore:
         expected_seq: int | None = None,
         instance: str | None = None,
         breaks: dict[int, str] | None = None,
-    ) -> tuple[list[dict[str, Any]], bytes, SessionView]:
-        """Append a batch; return the stored events, their JSONL bytes and the session after the append."""
+    ) -> AppendResult:
+        """Append a batch; return the stored events, their JSONL bytes and the session after the append.
 
-        async def work() -> tuple[list[dict[str, Any]], bytes, SessionView]:
-            pending = self.store.prepare_append(
-                session_id, events, expected_seq=expected_seq, instance=instance, breaks=breaks
-            )
-            await self.journal.append(session_id, pending.staged.lines)
-            self.store.commit_append(pending)
-            return pending.staged.events, pending.staged.lines, pending.session.view()
+        Appends to one session that arrive while its previous group is being written form the next group: each is
+        checked as if the ones before it were in the log, and the group is written and synced once.
+        """
+        waiting = _WaitingAppend(events, expected_seq, instance, breaks, asyncio.get_running_loop().create_future())
+        queue = self._waiting_appends.get(session_id)
+        if queue is not None:
+            queue.append(waiting)
+        else:
+            self._waiting_appends[session_id] = [waiting]
+            drainer = asyncio.ensure_future(self._serialized(session_id, lambda: self._drain_appends(session_id)))
+            self._drainers.add(drainer)
+            drainer.add_done_callback(self._drainers.discard)
+        return await asyncio.shield(waiting.answer)
 
-        return await self._serialized(session_id, work)
+    async def _drain_appends(self, session_id: str) -> None:
+        while True:
+            group = self._waiting_appends.pop(session_id, [])
+            if not group:
+                return
+            # Appends that arrive while this group is written wait for the next one.
+            self._waiting_appends[session_id] = []
+            try:
+                await self._append_group(session_id, group)
+            except BaseException as exc:  # a bug, or cancellation: answer every append of the group all the same
+                for waiting in group:
+                    waiting.fail(exc if isinstance(exc, Exception) else RuntimeError("the append was cancelled"))
+                if not isinstance(exc, Exception):
+                    raise
+
+    async def _append_group(self, session_id: str, group: list[_WaitingAppend]) -> None:
+        accepted: list[tuple[_WaitingAppend, StagedEvents]] = []
+        combined: StagedEvents | None = None
+        session: Session | None = None
+        for waiting in group:
+            try:
+                pending = self.store.prepare_append(
+                    session_id,
+                    waiting.events,
+                    expected_seq=waiting.expected_seq,
+                    instance=waiting.instance,
+                    breaks=waiting.breaks,
+                    after=combined,
+                )
+            except SessionError as refused:  # this append alone is refused; the others go on
+                waiting.fail(refused)
+                continue
+            session = pending.session
+            accepted.append((waiting, pending.staged))
+            combined = pending.staged if combined is None else chain(combined, pending.staged)
+        if combined is None or session is None:
+            return
+        try:
+            await self.journal.append(session_id, combined.lines)
+        except Exception as refused:
+            for waiting, _ in accepted:
+                waiting.fail(refused)
+            return
+        self.store.commit_append(PendingAppend(session, combined))
+        for waiting, staged in accepted:
+            waiting.succeed((staged.events, staged.lines, session.view_at(staged.state)))
 
     async def fork(
         self,

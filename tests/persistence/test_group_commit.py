@@ -151,3 +151,39 @@ def test_a_failed_sync_of_a_group_fails_every_append_of_it_and_leaves_the_files_
     assert set(answers) == {"s0", "s1", "s2"}
     assert all(isinstance(error, OSError) for error in answers.values())
     assert all(path.read_bytes() == b'{"type":"session"}\n' for path in paths)
+
+
+def test_concurrent_appends_on_one_session_share_writes_and_syncs(
+    data_dir: Path, open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    appenders = 50
+    writes: list[bytes] = []
+    real_append = files.FileJournal.append
+
+    async def counting_append(self: files.FileJournal, session_id: str, lines: bytes) -> None:
+        writes.append(lines)
+        await real_append(self, session_id, lines)
+
+    async def run() -> None:
+        store = await open_store(data_dir)
+        await store.create("busy", b.open_turn(1), None)
+        monkeypatch.setattr(files.FileJournal, "append", counting_append)
+        answers = await asyncio.gather(
+            *(store.append("busy", [b.log_only(f"note {who}")]) for who in range(appenders)),
+            store.append("busy", [b.turn_start(9)]),  # refused (turn 1 is open): it alone, the others go on
+            return_exceptions=True,
+        )
+        monkeypatch.undo()
+        refused = answers.pop()
+        assert isinstance(refused, Exception) and "turn/start" in str(refused)
+        # Every append answered with its own events and the session as it stood right after them ...
+        for answer in answers:
+            assert not isinstance(answer, BaseException)
+            stored, lines, view = answer
+            assert view.event_count == stored[-1]["seq"] + 1
+            assert lines == b"".join(store.get("busy").log.lines(event["seq"], event["seq"] + 1) for event in stored)
+        # ... but the group was written (and synced) far fewer times than there were appends.
+        assert len(writes) < appenders / 2, len(writes)
+        assert b"".join(writes) == store.get("busy").log.lines(len(b.open_turn(1)))
+
+    asyncio.run(run())

@@ -91,7 +91,7 @@ class DurableStore:
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         # Appends waiting for their session's next group; a session is in here while its drainer runs.
         self._waiting_appends: dict[str, list[_WaitingAppend]] = {}
-        self._drainers: set[asyncio.Task[None]] = set()
+        self._drainers: set[asyncio.Future[None]] = set()
 
     async def recover(self) -> None:
         """Load every session from the journal; afterwards the store is ready."""
@@ -106,6 +106,10 @@ class DurableStore:
 
     async def _serialized(self, session_id: str, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work`` alone among the operations on ``session_id``, to the end even if the caller goes away."""
+        return await asyncio.shield(self._start_serialized(session_id, work))
+
+    def _start_serialized(self, session_id: str, work: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
+        """The task that runs ``work`` alone among the operations on ``session_id``."""
         lock, users = self._locks.get(session_id, (None, 0))
         if lock is None:
             lock = asyncio.Lock()
@@ -122,7 +126,7 @@ class DurableStore:
                 else:
                     self._locks[session_id] = (held, remaining - 1)
 
-        return await asyncio.shield(asyncio.ensure_future(run()))
+        return asyncio.ensure_future(run())
 
     async def _persist_create(self, pending: PendingCreate) -> SessionView:
         session = pending.session
@@ -185,7 +189,7 @@ class DurableStore:
             queue.append(waiting)
         else:
             self._waiting_appends[session_id] = [waiting]
-            drainer = asyncio.ensure_future(self._serialized(session_id, lambda: self._drain_appends(session_id)))
+            drainer = self._start_serialized(session_id, lambda: self._drain_appends(session_id))
             self._drainers.add(drainer)
             drainer.add_done_callback(self._drainers.discard)
         return await asyncio.shield(waiting.answer)

@@ -189,25 +189,32 @@ class DurableStore:
             queue.append(waiting)
         else:
             self._waiting_appends[session_id] = [waiting]
-            drainer = self._start_serialized(session_id, lambda: self._drain_appends(session_id))
-            self._drainers.add(drainer)
-            drainer.add_done_callback(self._drainers.discard)
+            self._start_drainer(session_id)
         return await asyncio.shield(waiting.answer)
 
     async def _drain_appends(self, session_id: str) -> None:
-        while True:
-            group = self._waiting_appends.pop(session_id, [])
-            if not group:
-                return
-            # Appends that arrive while this group is written wait for the next one.
-            self._waiting_appends[session_id] = []
-            try:
-                await self._append_group(session_id, group)
-            except BaseException as exc:  # a bug, or cancellation: answer every append of the group all the same
-                for waiting in group:
-                    waiting.fail(exc if isinstance(exc, Exception) else RuntimeError("the append was cancelled"))
-                if not isinstance(exc, Exception):
-                    raise
+        """Write the appends waiting for ``session_id`` as one group; those that arrive meanwhile form the next."""
+        group = self._waiting_appends.get(session_id, [])
+        self._waiting_appends[session_id] = []
+        try:
+            await self._append_group(session_id, group)
+        except BaseException as exc:  # a bug, or cancellation: answer every append of the group all the same
+            for waiting in group:
+                waiting.fail(exc if isinstance(exc, Exception) else RuntimeError("the append was cancelled"))
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            if self._waiting_appends.get(session_id):
+                # The next group queues on the session's lock like any operation: a delete or a fork waiting
+                # there goes first, so a stream of appends cannot starve it.
+                self._start_drainer(session_id)
+            else:
+                self._waiting_appends.pop(session_id, None)
+
+    def _start_drainer(self, session_id: str) -> None:
+        drainer = self._start_serialized(session_id, lambda: self._drain_appends(session_id))
+        self._drainers.add(drainer)
+        drainer.add_done_callback(self._drainers.discard)
 
     async def _append_group(self, session_id: str, group: list[_WaitingAppend]) -> None:
         accepted: list[tuple[_WaitingAppend, StagedEvents]] = []

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from app.domain.errors import SessionError
 from app.persistence import files
 from app.persistence.durable import DurableStore
 from tests.persistence import builders as b
@@ -185,5 +186,32 @@ def test_concurrent_appends_on_one_session_share_writes_and_syncs(
         # ... but the group was written (and synced) far fewer times than there were appends.
         assert len(writes) < appenders / 2, len(writes)
         assert b"".join(writes) == store.get("busy").log.lines(len(b.open_turn(1)))
+
+    asyncio.run(run())
+
+
+def test_a_delete_is_not_starved_by_a_stream_of_appends(data_dir: Path, open_store: OpenStore) -> None:
+    async def run() -> None:
+        store = await open_store(data_dir)
+        await store.create("busy", None, None)
+        sent: list[asyncio.Future[Any]] = []
+        deleted = asyncio.Event()
+
+        async def stream() -> None:  # appends keep arriving, each before the previous ones are answered
+            while not deleted.is_set() and len(sent) < 20_000:
+                sent.append(asyncio.ensure_future(store.append("busy", [b.log_only(f"note {len(sent)}")])))
+                await asyncio.sleep(0)
+
+        producer = asyncio.ensure_future(stream())
+        await asyncio.sleep(0.05)
+        await asyncio.wait_for(store.delete("busy"), 5)  # it gets its turn on the session, between two groups
+        assert len(sent) < 20_000, "the delete waited until the appends stopped coming"
+        deleted.set()
+        await producer
+        answers = await asyncio.gather(*sent, return_exceptions=True)
+        assert any(not isinstance(answer, BaseException) for answer in answers)
+        assert all(isinstance(answer, SessionError) for answer in answers if isinstance(answer, BaseException))
+        with pytest.raises(SessionError):
+            store.get("busy")
 
     asyncio.run(run())

@@ -1,7 +1,9 @@
 """The store made durable: every change is written (and synced) before the domain store commits it.
 
-All operations on one session id are serialized by an asyncio lock; the work of each change runs in a shielded
-task, so a client that disconnects mid-request can never leave the disk and the memory disagreeing.
+All operations on one session id are serialized by an asyncio lock; the work of each change runs in a task of its
+own, so a client that disconnects mid-request can never leave the disk and the memory disagreeing. Appends to one
+session that arrive while its previous group is being written wait together and become its next group: one write,
+one sync, one commit, each append answered on its own.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-app = FastAPI(title="empty")
+app = FastAPI(title="empty", telemetry={"tracing": False, "metrics": False, "logs": False})  # as forklog sets it
 
 
 @app.post("/sessions/{id}/events", status_code=201)

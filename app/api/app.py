@@ -241,6 +241,8 @@ def create_app(settings: Settings | None = None, *, journal: Journal | None = No
         description="Event-sourced AI-agent sessions, forked safely at turn boundaries.",
         lifespan=lifespan,
         generate_unique_id_function=lambda route: route.name,
+        # forklog exports no OpenTelemetry data; with it off FastAPI skips a provider check on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     app.state.durable = durable

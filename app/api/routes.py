@@ -86,9 +86,20 @@ def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"description": "a problem (application/problem+json)"} for status in (*statuses, 422, 503)}
 
 
-def _boundary_members(body: JsonBody) -> tuple[str | None, int | None, int | None]:
+async def _boundary_body(
+    request: Request, id: str, members: frozenset[str]
+) -> tuple[JsonBody, str | None, int | None, int | None]:
+    """The body of a snapshot or fork (0 bytes count as ``{}``) and its instance, atSeq and expectedSeq."""
+    check_id(id)
+    body = await read_body(request, limit=_body_limit(request), empty_is_object=True)
+    refuse_unknown_members(body, members)
     body.refuse_breaks_outside(None)
-    return optional_string(body, "instance"), optional_integer(body, "atSeq"), optional_integer(body, "expectedSeq")
+    return (
+        body,
+        optional_string(body, "instance"),
+        optional_integer(body, "atSeq"),
+        optional_integer(body, "expectedSeq"),
+    )
 
 
 # -- sessions --------------------------------------------------------------------------------------------------------
@@ -248,12 +259,9 @@ async def read_history(
     summary="The seed and meta a fork would use, at a turn boundary",
 )
 async def snapshot_session(id: SessionId, request: Request, durable: Durable) -> Response:
-    check_id(id)
-    body = await read_body(request, limit=_body_limit(request), empty_is_object=True)
-    refuse_unknown_members(body, SNAPSHOT_MEMBERS)
-    instance, at_seq, expected_seq = _boundary_members(body)
+    _, instance, at_seq, expected_seq = await _boundary_body(request, id, SNAPSHOT_MEMBERS)
     _require_ready(durable)
-    snapshot = durable.snapshot(id, at_seq=at_seq, instance=instance, expected_seq=expected_seq)
+    snapshot = durable.store.snapshot(id, at_seq=at_seq, instance=instance, expected_seq=expected_seq)
 
     async def pieces() -> AsyncIterator[bytes | memoryview]:
         # The seed (an independent copy) is sent a piece at a time: a large one is never concatenated whole.
@@ -274,10 +282,7 @@ async def snapshot_session(id: SessionId, request: Request, durable: Durable) ->
     summary="Create a child session from this one's log, at a turn boundary",
 )
 async def fork_session(id: SessionId, request: Request, durable: Durable) -> Response:
-    check_id(id)
-    body = await read_body(request, limit=_body_limit(request), empty_is_object=True)
-    refuse_unknown_members(body, FORK_MEMBERS)
-    instance, at_seq, expected_seq = _boundary_members(body)
+    body, instance, at_seq, expected_seq = await _boundary_body(request, id, FORK_MEMBERS)
     child_id = optional_string(body, "sessionId")
     if child_id is not None:
         check_id(child_id, "sessionId")

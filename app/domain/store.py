@@ -137,10 +137,6 @@ class Session:
     def id(self) -> str:
         return self.header.id
 
-    @property
-    def forkable(self) -> bool:
-        return len(self.log) == 0 or self.log.state.last_type == "turn/end"
-
     def view(self) -> SessionView:
         return self.view_at(self.log.state)
 

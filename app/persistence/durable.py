@@ -22,7 +22,6 @@ from app.domain.store import (
     SessionHeader,
     SessionStore,
     SessionView,
-    Snapshot,
     build_seed_log,
 )
 from app.persistence.files import AlreadyOnDisk, CorruptFile, Recovery
@@ -259,19 +258,15 @@ class DurableStore:
         instance: str | None = None,
         expected_seq: int | None = None,
     ) -> SessionView:
-        def prepare() -> PendingCreate:
-            return self.store.prepare_fork(
-                source_id, child_id=child_id, at_seq=at_seq, instance=instance, expected_seq=expected_seq
-            )
-
-        if child_id is None:
-            pending = prepare()
-            return await self._serialized(pending.session.id, lambda: self._persist_create(pending))
+        child = child_id if child_id is not None else self.store.new_id()
 
         async def work() -> SessionView:
-            return await self._persist_create(prepare())
+            pending = self.store.prepare_fork(
+                source_id, child_id=child, at_seq=at_seq, instance=instance, expected_seq=expected_seq
+            )
+            return await self._persist_create(pending)
 
-        return await self._serialized(child_id, work)
+        return await self._serialized(child, work)
 
     async def delete(self, session_id: str) -> None:
         async def work() -> None:
@@ -285,16 +280,6 @@ class DurableStore:
 
     def get(self, session_id: str) -> Session:
         return self.store.get(session_id)
-
-    def snapshot(
-        self,
-        session_id: str,
-        *,
-        at_seq: int | None = None,
-        instance: str | None = None,
-        expected_seq: int | None = None,
-    ) -> Snapshot:
-        return self.store.snapshot(session_id, at_seq=at_seq, instance=instance, expected_seq=expected_seq)
 
     def close(self) -> None:
         """At a clean shutdown: index the live sessions for a fast next start, then release the journal."""

@@ -338,7 +338,7 @@ async def assert_kept_out_of_service(store: DurableStore, session_id: str) -> No
     """Every operation naming a corrupt session's id, also as a new id, answers SESSION_CORRUPT."""
     refusals = [
         lambda: store.get(session_id),
-        lambda: store.snapshot(session_id),
+        lambda: store.store.snapshot(session_id),
         lambda: store.create(session_id, b.turns(1, 1), None),
         lambda: store.append(session_id, b.open_turn(3)),
         lambda: store.fork(session_id),

@@ -7,10 +7,10 @@ import logging
 import sys
 from typing import Any
 
-import uvicorn
 from pydantic import ValidationError
 
 from app.api.app import create_app
+from app.api.http_server import serve
 from app.api.settings import Settings
 from app.persistence.errors import StorageError
 
@@ -21,6 +21,17 @@ def parse_flags(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--host", help="the address to listen on (FORKLOG_HOST, default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="the port (FORKLOG_PORT, default 8000)")
     parser.add_argument("--max-body-bytes", type=int, help="request body limit (FORKLOG_MAX_BODY_BYTES, 16 MiB)")
+    parser.add_argument(
+        "--max-header-bytes", type=int, help="request line + headers limit (FORKLOG_MAX_HEADER_BYTES, 64 KiB)"
+    )
+    parser.add_argument(
+        "--read-timeout", type=float, help="seconds a client may pause mid-request (FORKLOG_READ_TIMEOUT, 30)"
+    )
+    parser.add_argument(
+        "--shutdown-grace", type=int, help="seconds a shutdown waits for requests (FORKLOG_SHUTDOWN_GRACE, 10)"
+    )
+    parser.add_argument("--allowed-hosts", help="comma-separated Host names served besides loopback")
+    parser.add_argument("--cors-origins", help="comma-separated origins allowed to call the API from a browser")
     parser.add_argument("--log-level", help="critical, error, warning, info or debug (FORKLOG_LOG_LEVEL)")
     parser.add_argument(
         "--no-fsync", dest="fsync", action="store_false", default=None, help="do not sync writes (tests only)"
@@ -39,14 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         app = create_app(settings)
     except StorageError as exc:
         sys.exit(f"forklog: {exc}")
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        access_log=False,
-        server_header=False,
-    )
+    serve(app, settings)
 
 
 if __name__ == "__main__":

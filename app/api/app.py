@@ -14,7 +14,8 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 
-from app.api.problems import PROBLEM_JSON, PROBLEMS, install_problem_handlers, problem_body, problem_for
+from app.api.loopback import LoopbackGuard
+from app.api.problems import PROBLEM_JSON, PROBLEMS, install_problem_handlers, problem_for, send_problem
 from app.api.routes import append, router
 from app.api.schemas import REQUEST_MODELS
 from app.api.settings import Settings
@@ -67,9 +68,10 @@ class RequestGuard:
                 segments = raw_path.split(b"/")
                 if len(segments) > 2 and segments[1] == b"sessions" and b"%2f" in segments[2].lower():
                     detail = "the session id must not contain '/'"
-                    await _send_problem(scope, send_and_note, "INVALID_REQUEST", detail)
+                    facts = {"errors": [{"field": "id", "reason": detail}]}
+                    await send_problem(scope, send_and_note, "INVALID_REQUEST", detail, facts)
                 else:  # an encoded slash is a character of its segment: no route has such a segment
-                    await _send_problem(
+                    await send_problem(
                         scope, send_and_note, "NOT_FOUND", f"no route {raw_path.decode('latin-1')}; check the URL"
                     )
                 return
@@ -102,17 +104,6 @@ async def _append_directly(scope: Scope, receive: Receive, send: Send, session_i
     except Exception as exc:
         response = await problem_for(request, exc)
     await response(scope, receive, send)
-
-
-async def _send_problem(scope: Scope, send: Send, code: str, detail: str) -> None:
-    facts = {"errors": [{"field": "id", "reason": detail}]} if code == "INVALID_REQUEST" else None
-    # scope["path"] is already decoded: decoding again would turn %25xx into a byte.
-    body = problem_body(code, detail, scope.get("path", ""), facts)
-    status = body["status"]
-    payload = orjson.dumps(body)
-    headers = [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(payload)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
 
 
 def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
@@ -249,5 +240,8 @@ def create_app(settings: Settings | None = None, *, journal: Journal | None = No
     install_problem_handlers(app, router.routes)
     app.include_router(router)
     app.add_middleware(RequestGuard)
+    # Without keys (there are none yet) only this machine is served: foreign Hosts and cross-site changes are refused
+    # before anything else runs (the request guard's append path included).
+    app.add_middleware(LoopbackGuard, allowed_hosts=settings.allowed_hosts, allowed_origins=settings.cors_origins)
     app.openapi = _openapi(app)  # type: ignore[method-assign]
     return app

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +54,24 @@ def _is_json_media_type(content_type: str) -> bool:
     return kind == "application" and subtype.endswith("+json")
 
 
-async def read_body(request: Request, *, limit: int, empty_is_object: bool) -> JsonBody:
+async def _timed(request: Request, read_timeout: float) -> AsyncIterator[bytes]:
+    """The body's chunks; a client that sends nothing for ``read_timeout`` seconds gets 408 (spec 9)."""
+    chunks = request.stream().__aiter__()
+    while True:
+        try:
+            async with asyncio.timeout(read_timeout):
+                chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise ApiProblem(
+                "REQUEST_TIMEOUT",
+                f"the body stopped arriving for {read_timeout:g} s; send the whole request without pausing",
+            ) from None
+        yield chunk
+
+
+async def read_body(request: Request, *, limit: int, empty_is_object: bool, read_timeout: float = 30.0) -> JsonBody:
     """The request's JSON object body, or the problem the contract names for it."""
     content_type = request.headers.get("content-type")
     declared_length = request.headers.get("content-length")
@@ -66,7 +84,7 @@ async def read_body(request: Request, *, limit: int, empty_is_object: bool) -> J
     # A body not declared JSON is 415, except a 0-byte body where the route reads none as {} (spec 3).
     if not is_json and not (empty_is_object and length == 0):
         if length is None:
-            async for chunk in request.stream():
+            async for chunk in _timed(request, read_timeout):
                 if chunk:
                     break
             else:
@@ -79,7 +97,7 @@ async def read_body(request: Request, *, limit: int, empty_is_object: bool) -> J
         raise ApiProblem("PAYLOAD_TOO_LARGE", f"the body is {length} bytes, over the limit of {limit}; split it")
     chunks: list[bytes] = []
     received = 0
-    async for chunk in request.stream():
+    async for chunk in _timed(request, read_timeout):
         received += len(chunk)
         if received > limit:
             raise ApiProblem("PAYLOAD_TOO_LARGE", f"the body is over the limit of {limit} bytes; split it")

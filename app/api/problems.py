@@ -7,7 +7,7 @@ One table maps codes to statuses and titles, one function builds every body, and
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 import orjson
@@ -37,7 +37,10 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "INVALID_REQUEST": (422, "Invalid request"),
     "NOT_FOUND": (404, "Not found"),
     "METHOD_NOT_ALLOWED": (405, "Method not allowed"),
+    "FORBIDDEN": (403, "Forbidden"),
+    "REQUEST_TIMEOUT": (408, "Request timeout"),
     "PAYLOAD_TOO_LARGE": (413, "Payload too large"),
+    "HEADERS_TOO_LARGE": (431, "Request headers too large"),
     "UNSUPPORTED_MEDIA_TYPE": (415, "Unsupported media type"),
     "NOT_READY": (503, "Not ready"),
     "STORAGE_UNAVAILABLE": (503, "Storage unavailable"),
@@ -47,7 +50,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
 
 
 # Answers given without reading the request body (or all of it).
-UNREAD_BODY_CODES = frozenset({"PAYLOAD_TOO_LARGE", "UNSUPPORTED_MEDIA_TYPE"})
+UNREAD_BODY_CODES = frozenset({"PAYLOAD_TOO_LARGE", "UNSUPPORTED_MEDIA_TYPE", "REQUEST_TIMEOUT", "FORBIDDEN"})
 
 
 class ApiProblem(Exception):
@@ -70,9 +73,12 @@ def problem_type(code: str) -> str:
     return f"urn:forklog:problem:{code.lower().replace('_', '-')}"
 
 
-def problem_body(code: str, detail: str, instance: str, facts: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The one place a problem's members are put together."""
-    status, title = PROBLEMS[code]
+def problem_body(
+    code: str, detail: str, instance: str, facts: dict[str, Any] | None = None, *, status: int | None = None
+) -> dict[str, Any]:
+    """The one place a problem's members are put together (``status`` overrides the code's usual one)."""
+    usual, title = PROBLEMS[code]
+    status = usual if status is None else status
     body: dict[str, Any] = {
         "type": problem_type(code),
         "title": title,
@@ -86,6 +92,26 @@ def problem_body(code: str, detail: str, instance: str, facts: dict[str, Any] | 
     if code == "INVALID_REQUEST" and not body.get("errors"):
         body["errors"] = [{"field": "", "reason": detail}]
     return body
+
+
+async def send_problem(
+    scope: MutableMapping[str, Any],
+    send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    code: str,
+    detail: str,
+    facts: dict[str, Any] | None = None,
+    *,
+    status: int | None = None,
+) -> None:
+    """Answer a problem straight from ASGI middleware, before any route runs (nothing of the body is read)."""
+    # scope["path"] is already decoded: decoding again would turn %25xx into a byte.
+    body = problem_body(code, detail, scope.get("path", ""), facts, status=status)
+    payload = orjson.dumps(body)
+    headers = [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(payload)).encode())]
+    if code in UNREAD_BODY_CODES:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": body["status"], "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
 
 
 def problem_response(request: Request, code: str, detail: str, facts: dict[str, Any] | None = None) -> Response:

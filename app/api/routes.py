@@ -55,9 +55,14 @@ Durable = Annotated[DurableStore, Depends(_durable)]
 SessionId = Annotated[str, "the session id (path)"]
 
 
-def _body_limit(request: Request) -> int:
-    limit: int = request.app.state.settings.max_body_bytes
-    return limit
+async def _read_body(request: Request, *, empty_is_object: bool) -> JsonBody:
+    settings = request.app.state.settings
+    return await read_body(
+        request,
+        limit=settings.max_body_bytes,
+        empty_is_object=empty_is_object,
+        read_timeout=settings.read_timeout,
+    )
 
 
 def _require_ready(durable: DurableStore) -> None:
@@ -91,7 +96,7 @@ async def _boundary_body(
 ) -> tuple[JsonBody, str | None, int | None, int | None]:
     """The body of a snapshot or fork (0 bytes count as ``{}``) and its instance, atSeq and expectedSeq."""
     check_id(id)
-    body = await read_body(request, limit=_body_limit(request), empty_is_object=True)
+    body = await _read_body(request, empty_is_object=True)
     refuse_unknown_members(body, members)
     body.refuse_breaks_outside(None)
     return (
@@ -114,7 +119,7 @@ async def _boundary_body(
     summary="Create a session, optionally from a seed (a snapshot response creates the fork's child)",
 )
 async def create_session(request: Request, durable: Durable) -> Response:
-    body = await read_body(request, limit=_body_limit(request), empty_is_object=True)
+    body = await _read_body(request, empty_is_object=True)
     refuse_unknown_members(body, CREATE_MEMBERS)
     body.refuse_breaks_outside("seed")
     session_id = optional_string(body, "id")
@@ -195,7 +200,7 @@ async def append_events(id: SessionId, request: Request, durable: Durable) -> Re
 async def append(request: Request, durable: DurableStore, id: str) -> Response:
     """``POST /sessions/{id}/events``; also called straight from the request guard (the hot path)."""
     check_id(id)
-    body = await read_body(request, limit=_body_limit(request), empty_is_object=False)
+    body = await _read_body(request, empty_is_object=False)
     refuse_unknown_members(body, APPEND_MEMBERS)
     body.refuse_breaks_outside("events")
     events = body.members.get("events")

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+__all__ = ["LogLevel", "Settings"]
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+
+# Comma-separated in the environment (FORKLOG_CORS_ORIGINS=https://a.example,https://b.example), a list in code.
+CommaList = Annotated[list[str], NoDecode]
 
 
 class Settings(BaseSettings):
@@ -18,5 +23,44 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", min_length=1, description="the address to listen on")
     port: int = Field(8000, ge=1, le=65535, description="the port to listen on")
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="larger request bodies get 413")
+    max_header_bytes: int = Field(
+        64 * 1024, ge=1024, le=16 * 1024 * 1024, description="a larger request line and headers in all get 431"
+    )
+    read_timeout: float = Field(
+        30.0, gt=0, le=3600, description="seconds a client may pause while sending its headers or body (then 408)"
+    )
+    shutdown_grace: int = Field(
+        10, ge=0, le=3600, description="seconds a shutdown waits for requests in flight before cancelling them"
+    )
     log_level: LogLevel = Field("info", description="the lowest level logged")
     fsync: bool = Field(True, description="sync every change to disk before answering; turn off only in tests")
+    allowed_hosts: CommaList = Field(
+        default_factory=list, description="Host names served besides loopback addresses and localhost"
+    )
+    cors_origins: CommaList = Field(
+        default_factory=list, description="origins (scheme://host[:port]) whose pages may call the API"
+    )
+
+    @field_validator("allowed_hosts", "cors_origins", mode="before")
+    @classmethod
+    def _split_commas(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _lower_hosts(cls, value: list[str]) -> list[str]:
+        for host in value:
+            if "/" in host or host.count("*") > (1 if host.startswith("*.") else 0):
+                raise ValueError(f"{host!r} is not a host name (a name, or *.example.com)")
+        return [host.lower() for host in value]
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _check_origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            scheme, _, rest = origin.partition("://")
+            if scheme.lower() not in ("http", "https") or not rest or "/" in rest:
+                raise ValueError(f"{origin!r} is not an origin such as https://app.example.com")
+        return [origin.lower() for origin in value]

@@ -37,7 +37,7 @@ class Journal(Protocol):
     """Where sessions are kept: the file backend, or the in-memory twin used by tests."""
 
     async def create(self, header: SessionHeader, lines: bytes | memoryview) -> None: ...
-    async def append(self, session_id: str, lines: bytes) -> None: ...
+    async def append(self, session_id: str, lines: bytes, *, instance: str) -> None: ...
     async def delete(self, session_id: str) -> None: ...
     def recover(self) -> Recovery: ...
     def save_indexes(self, sessions: Iterable[Session]) -> None: ...
@@ -50,7 +50,7 @@ class MemoryJournal:
     async def create(self, header: SessionHeader, lines: bytes | memoryview) -> None:
         return None
 
-    async def append(self, session_id: str, lines: bytes) -> None:
+    async def append(self, session_id: str, lines: bytes, *, instance: str) -> None:
         return None
 
     async def delete(self, session_id: str) -> None:
@@ -240,7 +240,7 @@ class DurableStore:
         if combined is None or session is None:
             return
         try:
-            await self.journal.append(session_id, combined.lines)
+            await self.journal.append(session_id, combined.lines, instance=session.header.instance)
         except Exception as refused:
             for waiting, _ in accepted:
                 waiting.fail(refused)

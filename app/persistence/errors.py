@@ -2,7 +2,8 @@
 
 StorageError
 ├── StorageUnavailable      the disk refused a write; nothing was acknowledged, the file is as it was
-└── DataDirLocked           another process owns the data directory
+├── DataDirLocked           another process owns the data directory
+└── UnsafeDataDir           a folder of the data directory is a symlink or not a directory: never followed
 """
 
 from __future__ import annotations
@@ -18,3 +19,7 @@ class StorageUnavailable(StorageError):
 
 class DataDirLocked(StorageError):
     """Another live process owns the data directory."""
+
+
+class UnsafeDataDir(StorageError):
+    """A folder (or the lock file) of the data directory is a symlink or the wrong kind: forklog will not start."""

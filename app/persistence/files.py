@@ -15,15 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import errno
 import fcntl
 import logging
 import os
-import platform
-import re
-import shutil
-import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -31,16 +26,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
 from app.domain.store import ID_PATTERN, Session, SessionHeader, check_id, wall_clock_ms
 from app.persistence.codec import encode_header
-from app.persistence.errors import DataDirLocked, StorageUnavailable
+from app.persistence.errors import DataDirLocked, StorageUnavailable, UnsafeDataDir
+from app.persistence.fileops import FileKind, FileOps
 from app.persistence.index import SUFFIX as INDEX_SUFFIX
 from app.persistence.index import read_index, write_index
-from app.persistence.recovery import CorruptLog, Recovered, recover_session
+from app.persistence.recovery import CorruptLog, Recovered, header_from_record, parse_header, recover_session
 
 log = logging.getLogger("forklog.storage")
 
 SUFFIX = ".jsonl"
+CUT_SUFFIX = ".cut"
 SYNCS_IN_PARALLEL = 16
 
 
@@ -63,24 +62,10 @@ class AlreadyOnDisk(Exception):
     """A create found a file of that id already in place (nothing was overwritten)."""
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
 @dataclass(slots=True)
 class _Append:
     path: Path
+    instance: str
     data: bytes
     done: Callable[[BaseException | None], None]
     fd: int = -1
@@ -89,44 +74,26 @@ class _Append:
     answered: bool = False
 
 
-def _syncfs() -> Callable[[int], None] | None:
-    """syncfs(2), where it reports write errors (Linux 5.8 and later); None elsewhere."""
-    release = re.match(r"(\d+)\.(\d+)", platform.release())
-    if not sys.platform.startswith("linux") or release is None or (int(release[1]), int(release[2])) < (5, 8):
-        return None
-    function = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
-    if function is None:
-        return None
+@dataclass(frozen=True, slots=True)
+class _Unclean:
+    """A file whose failed append could not be cut back: what to cut it to before anything is written after it."""
 
-    def syncfs(fd: int) -> None:
-        if function(fd) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code))
-
-    return syncfs
-
-
-sync_file_system = _syncfs()
-
-
-def _sync_data(item: _Append) -> None:
-    try:
-        os.fdatasync(item.fd)
-    except OSError as exc:
-        item.error = exc
+    instance: str
+    size: int
 
 
 class _GroupCommitter:
     """One writer thread: drain the queue, write every append, sync each touched file once, answer them all."""
 
-    def __init__(self, *, sync: bool) -> None:
+    def __init__(self, ops: FileOps, cuts: _CutRecords, *, sync: bool) -> None:
+        self._ops = ops
+        self._cuts = cuts
         self._sync = sync
         # The files of one group are synced at the same time: a device takes them together far faster than one
         # after another (fdatasync releases the GIL).
         self._syncers = ThreadPoolExecutor(max_workers=SYNCS_IN_PARALLEL, thread_name_prefix="forklog-sync")
         self._queue: list[_Append] = []
-        # A file whose failed append could not be cut back: the size to cut it to before its next append.
-        self._unclean: dict[Path, int] = {}
+        self._unclean: dict[Path, _Unclean] = {}
         self._unclean_lock = threading.Lock()
         self._wakeup = threading.Condition()
         self._closed = False
@@ -151,6 +118,11 @@ class _GroupCommitter:
             self._wakeup.notify()
         self._thread.join()
         self._syncers.shutdown(wait=True)
+        with self._unclean_lock:
+            unclean = list(self._unclean.items())
+        for path, cut in unclean:  # a last chance; what is left is cut at the next start, from its cut record
+            with contextlib.suppress(OSError):
+                self._cut_back(path, cut)
 
     def _run(self) -> None:
         while True:
@@ -171,40 +143,39 @@ class _GroupCommitter:
                             item.done(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
 
     def _commit(self, batch: list[_Append]) -> None:
+        ops = self._ops
         for item in batch:
             try:
-                item.fd = os.open(item.path, os.O_WRONLY | os.O_APPEND)
                 with self._unclean_lock:
-                    clean_size = self._unclean.get(item.path)
-                if clean_size is not None:  # cut away what a failed append left before writing after it
-                    os.ftruncate(item.fd, clean_size)
-                    os.fsync(item.fd)
-                    self.forget(item.path)
-                item.size_before = os.fstat(item.fd).st_size
-                _write_all(item.fd, item.data)
+                    cut = self._unclean.get(item.path)
+                if cut is not None:  # refused bytes are cut away, durably, before anything is written after them
+                    self._cut_back(item.path, cut)
+                item.fd = ops.open(item.path, os.O_WRONLY | os.O_APPEND)
+                item.size_before = ops.fstat(item.fd).st_size
+                ops.write_all(item.fd, item.data)
             except OSError as exc:
                 item.error = exc
         if self._sync:
             written = [item for item in batch if item.error is None]
             if len(written) == 1:
-                _sync_data(written[0])
-            elif written and sync_file_system is not None:
+                self._sync_data(written[0])
+            elif written and ops.has_syncfs:
                 # One syncfs commits every file of the group in one journal transaction: several times faster
                 # than a sync per file, even in parallel. An error fails the whole group (nothing is acknowledged).
                 try:
-                    sync_file_system(written[0].fd)
+                    ops.syncfs(written[0].fd)
                 except OSError as exc:
                     for item in written:
                         item.error = exc
             elif written:
-                for _ in self._syncers.map(_sync_data, written):
+                for _ in self._syncers.map(self._sync_data, written):
                     pass
         for item in batch:
             if item.error is not None and item.size_before >= 0:
                 self._roll_back(item)
             if item.fd >= 0:
                 try:
-                    os.close(item.fd)
+                    ops.close(item.fd)
                 except OSError:  # the data was synced (or the error is already the answer): closing changes nothing
                     log.warning("could not close %s after an append", item.path)
             item.answered = True
@@ -213,61 +184,187 @@ class _GroupCommitter:
             except Exception:  # e.g. the event loop closed: the writer must live on for the others
                 log.exception("could not answer an append to %s", item.path)
 
+    def _sync_data(self, item: _Append) -> None:
+        try:
+            self._ops.fdatasync(item.fd)
+        except OSError as exc:
+            item.error = exc
+
     def _roll_back(self, item: _Append) -> None:
         # A retry must not find half a batch on disk: cut the file back to what was acknowledged.
         try:
-            os.ftruncate(item.fd, item.size_before)
-            os.fsync(item.fd)
+            self._ops.ftruncate(item.fd, item.size_before)
+            self._ops.fsync(item.fd)
         except OSError:
-            # Never write after bytes nobody acknowledged: the next append to this file cuts them first (or fails).
-            with self._unclean_lock:
-                self._unclean.setdefault(item.path, item.size_before)
             log.exception("could not roll back a failed append to %s", item.path)
+            cut = _Unclean(item.instance, item.size_before)
+            with self._unclean_lock:
+                cut = self._unclean.setdefault(item.path, cut)
+            # The refused bytes stay in the file for now: the cut record makes the next start cut them away even
+            # if this process never manages to.
+            try:
+                self._cuts.record(item.path, cut)
+            except OSError:
+                log.critical(
+                    "could not record that %s must be cut back to %d bytes; until it is, the session refuses appends",
+                    item.path,
+                    cut.size,
+                )
+
+    def _cut_back(self, path: Path, cut: _Unclean) -> None:
+        """Cut ``path`` back to its acknowledged size, then drop its cut record; OSError if either fails."""
+        fd = self._ops.open(path, os.O_WRONLY)
+        try:
+            self._ops.ftruncate(fd, cut.size)
+            self._ops.fsync(fd)
+        finally:
+            self._ops.close(fd)
+        self._cuts.clear(path)
+        self.forget(path)
+        log.warning("cut %s back to its acknowledged %d bytes", path, cut.size)
+
+
+class _CutRecords:
+    """Durable notes "this session's file must be cut back to N bytes", kept in ``index/<id>.cut``.
+
+    A failed append whose roll back fails too leaves refused bytes in the file; the note, written and synced at
+    once, makes every later start cut them away (when the header's instance still matches), so a restart never
+    resurrects them. It is removed, durably, once the cut succeeds.
+    """
+
+    def __init__(self, folder: Path, ops: FileOps, *, sync: bool) -> None:
+        self._folder = folder
+        self._ops = ops
+        self._sync = sync
+
+    def path_for(self, session_path: Path) -> Path:
+        return self._folder / (session_path.name[: -len(SUFFIX)] + CUT_SUFFIX)
+
+    def record(self, session_path: Path, cut: _Unclean) -> None:
+        target = self.path_for(session_path)
+        temporary = self._folder / f".{target.name}.{uuid.uuid4().hex[:12]}.tmp"
+        fd = self._ops.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            try:
+                self._ops.write_all(fd, orjson.dumps({"instance": cut.instance, "size": cut.size}))
+                if self._sync:
+                    self._ops.fsync(fd)
+            finally:
+                self._ops.close(fd)
+            self._ops.replace(temporary, target)
+            if self._sync:
+                self._ops.fsync_dir(self._folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self._ops.unlink(temporary)
+            raise
+
+    def read(self, session_id: str) -> _Unclean | None:
+        """The cut noted for ``session_id``, or None (none, or unreadable: then there is nothing safe to cut)."""
+        path = self._folder / f"{session_id}{CUT_SUFFIX}"
+        try:
+            fd = self._ops.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            note = orjson.loads(self._ops.read_all(fd))
+            return _Unclean(str(note["instance"]), int(note["size"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.error("the cut record %s cannot be read (%s); it is ignored", path, exc)
+            return None
+        finally:
+            self._ops.close(fd)
+
+    def clear(self, session_path: Path) -> None:
+        try:
+            self._ops.unlink(self.path_for(session_path))
+        except FileNotFoundError:
+            return
+        if self._sync:
+            self._ops.fsync_dir(self._folder)
 
 
 class FileJournal:
-    """Session files in ``data_dir``; the process holds the directory's lock from construction to :meth:`close`."""
+    """Session files in ``data_dir``; the process holds the directory's lock from construction to :meth:`close`.
 
-    def __init__(self, data_dir: Path | str, *, sync: bool = True) -> None:
+    ``ops`` is the door to the operating system (tests pass a :class:`FileOps` that injects faults).
+    """
+
+    def __init__(self, data_dir: Path | str, *, sync: bool = True, ops: FileOps | None = None) -> None:
+        self.ops = ops if ops is not None else FileOps()
         self.data_dir = Path(data_dir).absolute()
         self.sessions_dir = self.data_dir / "sessions"
         self.tmp_dir = self.data_dir / "tmp"
         self.index_dir = self.data_dir / "index"
         self._sync = sync
         try:
-            for folder in (self.data_dir, self.sessions_dir, self.tmp_dir, self.index_dir):
-                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageUnavailable(f"cannot create the data directory {self.data_dir}: {exc.strerror}") from exc
+        for folder in (self.sessions_dir, self.tmp_dir, self.index_dir):
+            self._ensure_folder(folder)
         if sync:
             # New folders are durable only once their parents' entries are: sync them before any session is made.
             for folder in (self.data_dir.parent, self.data_dir):
                 with contextlib.suppress(OSError):  # a parent we may not open: then nothing more can be done
-                    _fsync_dir(folder)
+                    self.ops.fsync_dir(folder)
         self._lock_fd = self._lock()
-        self._committer = _GroupCommitter(sync=sync)
+        self._cuts = _CutRecords(self.index_dir, self.ops, sync=sync)
+        self._committer = _GroupCommitter(self.ops, self._cuts, sync=sync)
+
+    def _ensure_folder(self, folder: Path) -> None:
+        """Make ``folder`` if it is missing; refuse one that is a symlink or not a directory."""
+        kind = self.ops.kind(folder)
+        if kind == FileKind.MISSING:
+            try:
+                self.ops.mkdir(folder)
+            except FileExistsError:
+                kind = self.ops.kind(folder)
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot create {folder}: {exc.strerror}") from exc
+            else:
+                return
+        if kind == FileKind.SYMLINK:
+            raise UnsafeDataDir(
+                f"{folder} is a symbolic link; forklog never follows one out of its data directory: "
+                "replace it with a real directory"
+            )
+        if kind != FileKind.DIRECTORY:
+            raise UnsafeDataDir(f"{folder} is {kind}, not a directory: move it away and start again")
 
     def _lock(self) -> int:
         path = self.data_dir / "forklog.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd = self.ops.open(path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
-            owner = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
-            os.close(fd)
+            if exc.errno == errno.ELOOP:
+                raise UnsafeDataDir(
+                    f"{path} is a symbolic link; forklog never follows one: remove it and start again"
+                ) from None
+            raise StorageUnavailable(f"cannot open {path}: {exc.strerror}") from exc
+        try:
+            if self.ops.kind(path) != FileKind.REGULAR:
+                raise UnsafeDataDir(f"{path} is not a regular file: remove it and start again")
+            self.ops.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            owner = self.ops.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            self.ops.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise DataDirLocked(
                     f"the data directory {self.data_dir} is in use by another forklog process (pid {owner})"
                 ) from None
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except BaseException:
+            self.ops.close(fd)
+            raise
+        self.ops.ftruncate(fd, 0)
+        self.ops.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return fd
 
     def close(self) -> None:
         self._committer.close()
         if self._lock_fd >= 0:
-            os.close(self._lock_fd)
+            self.ops.close(self._lock_fd)
             self._lock_fd = -1
 
     def path_for(self, session_id: str) -> Path:
@@ -278,33 +375,34 @@ class FileJournal:
 
     def create_sync(self, header: SessionHeader, lines: bytes | memoryview) -> None:
         """Write header + lines to a temp file, sync it, link it in place (never overwriting), sync the folder."""
+        ops = self.ops
         final = self.path_for(header.id)
         self._committer.forget(final)
         tmp = self.tmp_dir / f"{header.id}.{uuid.uuid4().hex[:12]}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = ops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
             try:
-                _write_all(fd, encode_header(header.record()))
-                _write_all(fd, lines)
+                ops.write_all(fd, encode_header(header.record()))
+                ops.write_all(fd, lines)
                 if self._sync:
-                    os.fsync(fd)
+                    ops.fsync(fd)
             finally:
-                os.close(fd)
+                ops.close(fd)
             try:
-                os.link(tmp, final)
+                ops.link(tmp, final)
             except FileExistsError:
                 raise AlreadyOnDisk(str(final)) from None
             if self._sync:
                 try:
-                    _fsync_dir(self.sessions_dir)
+                    ops.fsync_dir(self.sessions_dir)
                 except OSError:
                     # Not acknowledged, so not created: the id must be free on disk as it is in memory.
                     with contextlib.suppress(OSError):
-                        os.unlink(final)
+                        ops.unlink(final)
                     raise
         finally:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+                ops.unlink(tmp)
 
     async def create(self, header: SessionHeader, lines: bytes | memoryview) -> None:
         try:
@@ -314,32 +412,35 @@ class FileJournal:
 
     # -- append --------------------------------------------------------------------------------------------------
 
-    async def append(self, session_id: str, lines: bytes) -> None:
+    async def append(self, session_id: str, lines: bytes, *, instance: str) -> None:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
 
         def done(error: BaseException | None) -> None:
             loop.call_soon_threadsafe(_settle, future, error)
 
-        self._committer.submit(_Append(self.path_for(session_id), lines, done))
+        self._committer.submit(_Append(self.path_for(session_id), instance, lines, done))
         await future
 
     # -- delete --------------------------------------------------------------------------------------------------
 
     def delete_sync(self, session_id: str) -> None:
         """Rename the file out of sessions/ (atomic), sync the folder, then unlink it."""
+        ops = self.ops
         path = self.path_for(session_id)
         trash = self.tmp_dir / f"{session_id}.{uuid.uuid4().hex[:12]}.deleted"
-        os.rename(path, trash)
+        ops.rename(path, trash)
         self._committer.forget(path)
         if self._sync:
             try:
-                _fsync_dir(self.sessions_dir)
+                ops.fsync_dir(self.sessions_dir)
             except OSError:
-                os.rename(trash, path)  # not acknowledged: the session keeps its file
+                ops.rename(trash, path)  # not acknowledged: the session keeps its file
                 raise
         with contextlib.suppress(OSError):
-            os.unlink(trash)  # the delete is durable already; recover() sweeps a leftover
+            ops.unlink(trash)  # the delete is durable already; recover() sweeps a leftover
+        with contextlib.suppress(OSError):  # a cut record of another incarnation never applies: instances differ
+            self._cuts.clear(path)
 
     async def delete(self, session_id: str) -> None:
         try:
@@ -352,25 +453,45 @@ class FileJournal:
     # -- recovery ------------------------------------------------------------------------------------------------
 
     def recover(self) -> Recovery:
-        """Every session file, rebuilt; a torn tail is truncated away, any other damage is reported and left alone."""
-        for leftover in self.tmp_dir.iterdir():
+        """Every session file, rebuilt; a torn tail is truncated away, any other damage is reported and left alone.
+
+        Nothing is followed out of the data directory: an entry of sessions/ that is a symlink (or anything but a
+        regular file) is reported, never opened.
+        """
+        for name, kind in self.ops.scandir(self.tmp_dir):
             # A create or delete that crashed half-way: the file was never linked in, or was already unlinked.
-            _remove_quietly(leftover)
+            self._remove_quietly(self.tmp_dir / name, kind)
         recovery = Recovery()
         now = wall_clock_ms()
-        indexes = {path.name[: -len(INDEX_SUFFIX)]: path for path in self.index_dir.glob(f"*{INDEX_SUFFIX}")}
-        for path in sorted(self.sessions_dir.iterdir()):
-            name = path.name
+        indexes: dict[str, Path] = {}
+        cuts: set[str] = set()
+        for name, kind in self.ops.scandir(self.index_dir):
+            path = self.index_dir / name
+            if kind == FileKind.REGULAR and name.endswith(INDEX_SUFFIX):
+                indexes[name[: -len(INDEX_SUFFIX)]] = path
+            elif kind == FileKind.REGULAR and name.endswith(CUT_SUFFIX):
+                cuts.add(name[: -len(CUT_SUFFIX)])
+            else:  # half-written, or planted: never read
+                self._remove_quietly(path, kind)
+        for name, kind in self.ops.scandir(self.sessions_dir):
+            path = self.sessions_dir / name
             session_id = name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name
-            if not name.endswith(SUFFIX) or ID_PATTERN.fullmatch(session_id) is None:
+            valid_name = name.endswith(SUFFIX) and ID_PATTERN.fullmatch(session_id) is not None
+            if kind != FileKind.REGULAR:
+                reason = f"{kind}, never followed or opened" if kind == FileKind.SYMLINK else f"{kind}"
+                log.error("%s in sessions/ is %s; it is kept out of service", name, reason)
+                recovery.corrupt.append(CorruptFile(session_id, str(path), reason, names_session=valid_name))
+                continue
+            if not valid_name:
                 recovery.corrupt.append(
                     CorruptFile(session_id, str(path), "the file name is not <valid id>.jsonl", names_session=False)
                 )
                 continue
+            index_path = indexes.pop(session_id, None)
             try:
-                data = path.read_bytes()
-                index_path = indexes.pop(session_id, None)
-                index = read_index(index_path) if index_path is not None else None
+                data = self._read_regular(path)
+                data = self._apply_cut(session_id, path, data) if session_id in cuts else data
+                index = read_index(index_path, self.ops) if index_path is not None else None
                 recovered = recover_session(session_id, data, now=now, index=index)
             except CorruptLog as exc:
                 log.error("session %s is corrupt and kept out of service: %s", session_id, exc.reason)
@@ -382,10 +503,7 @@ class FileJournal:
             if recovered.torn_bytes:
                 log.warning("session %s: dropped a torn last line of %d bytes", session_id, recovered.torn_bytes)
                 try:
-                    with open(path, "r+b") as handle:
-                        handle.truncate(recovered.committed_bytes)
-                        if self._sync:
-                            os.fsync(handle.fileno())
+                    self._truncate(path, recovered.committed_bytes)
                 except OSError as exc:  # appending after the torn bytes would damage the log: keep it out
                     reason = f"a torn last line could not be cut away: {exc.strerror}"
                     log.error("session %s is kept out of service: %s", session_id, reason)
@@ -393,28 +511,77 @@ class FileJournal:
                     recovery.corrupt.append(CorruptFile(session_id, str(path), reason, created_at=created_at))
                     continue
             recovery.sessions.append(recovered)
-        for orphan in [*indexes.values(), *self.index_dir.glob(".*.tmp")]:  # of deleted sessions, or half-written
-            _remove_quietly(orphan)
+        for orphan in indexes.values():  # of deleted sessions
+            self._remove_quietly(orphan, FileKind.REGULAR)
         return recovery
+
+    def _read_regular(self, path: Path) -> bytes:
+        fd = self.ops.open(path, os.O_RDONLY)
+        try:
+            if self.ops.fstat(fd).st_mode & 0o170000 != 0o100000:  # replaced since it was listed
+                raise OSError(errno.EINVAL, "not a regular file")
+            return self.ops.read_all(fd)
+        finally:
+            self.ops.close(fd)
+
+    def _truncate(self, path: Path, size: int) -> None:
+        fd = self.ops.open(path, os.O_WRONLY)
+        try:
+            self.ops.ftruncate(fd, size)
+            if self._sync:
+                self.ops.fsync(fd)
+        finally:
+            self.ops.close(fd)
+
+    def _apply_cut(self, session_id: str, path: Path, data: bytes) -> bytes:
+        """``data`` without the refused bytes a cut record names (when it is this incarnation's); the file is cut
+        too, and the record dropped. CorruptLog when the cut cannot be made: the refused bytes never serve."""
+        cut = self._cuts.read(session_id)
+        if cut is None:
+            return data
+        instance = _header_instance(session_id, data)
+        if instance == cut.instance and len(data) > cut.size:
+            try:
+                self._truncate(path, cut.size)
+            except OSError as exc:
+                raise CorruptLog(
+                    f"bytes after byte {cut.size} were refused and could not be cut away: {exc.strerror}"
+                ) from None
+            log.warning("session %s: cut away %d refused bytes", session_id, len(data) - cut.size)
+            data = data[: cut.size]
+        try:
+            self._cuts.clear(path)
+        except OSError as exc:  # the cut is made; the record applies again (harmlessly) at the next start
+            log.warning("could not remove the cut record of session %s: %s", session_id, exc.strerror)
+        return data
+
+    def _remove_quietly(self, path: Path, kind: str) -> None:
+        """Remove a leftover; a folder goes with what it holds, a link goes alone (never followed)."""
+        try:
+            if kind == FileKind.DIRECTORY:
+                self.ops.rmtree(path)
+            else:
+                self.ops.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.warning("could not remove the leftover %s: %s", path, exc.strerror)
 
     def save_indexes(self, sessions: Iterable[Session]) -> None:
         """Index every session (at a clean shutdown) so that the next start resumes instead of checking again."""
         for session in sessions:
             try:
-                write_index(self.index_dir, session.id, session.log, sync=self._sync)
+                write_index(self.index_dir, session.id, session.log, ops=self.ops, sync=self._sync)
             except OSError as exc:  # an index only makes a start faster: without it the next start checks all
                 log.warning("could not write the index of session %s: %s", session.id, exc.strerror)
 
 
-def _remove_quietly(path: Path) -> None:
-    """Remove a leftover file or folder; one that resists is logged and left (it is never read)."""
+def _header_instance(session_id: str, data: bytes) -> str | None:
+    """The instance a file's header names (or derives), None when the header cannot be read."""
     try:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-    except OSError as exc:
-        log.warning("could not remove the leftover %s: %s", path, exc.strerror)
+        return header_from_record(parse_header(data, session_id), session_id).instance
+    except CorruptLog:
+        return None
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:

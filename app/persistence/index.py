@@ -10,6 +10,7 @@ different.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -21,6 +22,7 @@ from typing import Any
 import orjson
 
 from app.domain.log import SessionLog
+from app.persistence.fileops import FileOps
 
 log = logging.getLogger("forklog.storage")
 
@@ -52,10 +54,14 @@ def digest(data: bytes | bytearray | memoryview) -> str:
     return hashlib.blake2b(data, digest_size=32).hexdigest()
 
 
-def read_index(path: Path) -> Index | None:
+def read_index(path: Path, ops: FileOps) -> Index | None:
     """The index at ``path``, or None when there is none or it cannot be used."""
     try:
-        data = path.read_bytes()
+        fd = ops.open(path, os.O_RDONLY)
+        try:
+            data = ops.read_all(fd)
+        finally:
+            ops.close(fd)
         head_end = data.index(b"\n")
         head = orjson.loads(data[:head_end])
         if head.get("version") != INDEX_VERSION:
@@ -65,21 +71,24 @@ def read_index(path: Path) -> Index | None:
         return None
 
 
-def write_index(folder: Path, session_id: str, session_log: SessionLog, *, sync: bool) -> None:
+def write_index(folder: Path, session_id: str, session_log: SessionLog, *, ops: FileOps, sync: bool) -> None:
     """Write ``folder/<id>.idx`` atomically (a temp file renamed in place)."""
     description, ends = session_log.export()
     with memoryview(session_log.body_view()) as body:
         head = {"version": INDEX_VERSION, "bodyBytes": len(body), "digest": digest(body), "log": description}
     target = folder / f"{session_id}{SUFFIX}"
     temporary = folder / f".{session_id}.{uuid.uuid4().hex[:12]}.tmp"
+    fd = ops.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
-        with open(temporary, "wb") as handle:
-            handle.write(orjson.dumps(head) + b"\n")
-            handle.write(ends)
+        try:
+            ops.write_all(fd, orjson.dumps(head) + b"\n")
+            ops.write_all(fd, ends)
             if sync:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.replace(temporary, target)
+                ops.fsync(fd)
+        finally:
+            ops.close(fd)
+        ops.replace(temporary, target)
     except BaseException:
-        temporary.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            ops.unlink(temporary)
         raise

@@ -56,11 +56,8 @@ def header_from_record(record: dict[str, object], session_id: str) -> SessionHea
     )
 
 
-def recover_session(session_id: str, data: bytes, *, now: int, index: Index | None = None) -> Recovered:
-    """The session a file's bytes hold, or :class:`CorruptLog`.
-
-    With an ``index`` whose prefix the file still holds, that prefix is resumed instead of checked again.
-    """
+def parse_header(data: bytes, session_id: str) -> dict[str, object]:
+    """The header record on the first line of a session file's ``data``, checked; else :class:`CorruptLog`."""
     header_end = data.find(b"\n")
     if header_end < 0:
         raise CorruptLog("empty or header-less session log (no complete header line)")
@@ -71,7 +68,17 @@ def recover_session(session_id: str, data: bytes, *, now: int, index: Index | No
     problem = header_problem(record, session_id)
     if problem is not None:
         raise CorruptLog(problem)
-    header = header_from_record(record, session_id)
+    assert isinstance(record, dict)
+    return record
+
+
+def recover_session(session_id: str, data: bytes, *, now: int, index: Index | None = None) -> Recovered:
+    """The session a file's bytes hold, or :class:`CorruptLog`.
+
+    With an ``index`` whose prefix the file still holds, that prefix is resumed instead of checked again.
+    """
+    header_end = data.find(b"\n")
+    header = header_from_record(parse_header(data, session_id), session_id)
     committed = data.rfind(b"\n") + 1
     start = header_end + 1
     resumed = index.resume(memoryview(data)[start:committed]) if index is not None else None

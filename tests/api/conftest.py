@@ -17,6 +17,8 @@ from app.persistence.durable import Journal
 from tests.api.helpers import wait_ready
 
 AppFactory = Callable[..., FastAPI]
+# Without keys the service answers only requests for this machine (spec 9): TestClient's "testserver" is refused.
+LOCAL = "http://localhost"
 ClientFactory = Callable[..., TestClient]
 
 
@@ -47,7 +49,9 @@ def make_client(make_app: AppFactory) -> Iterator[ClientFactory]:
         def make(
             app: FastAPI | None = None, *, ready: bool = True, raise_server_exceptions: bool = True, **settings: Any
         ) -> TestClient:
-            client = TestClient(app or make_app(**settings), raise_server_exceptions=raise_server_exceptions)
+            client = TestClient(
+                app or make_app(**settings), base_url=LOCAL, raise_server_exceptions=raise_server_exceptions
+            )
             stack.enter_context(client)
             if ready:
                 wait_ready(client)

@@ -62,7 +62,7 @@ async def serve(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://forklog") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             deadline = time.monotonic() + READY_TIMEOUT
             while (await client.get("/readyz")).status_code != 200:
                 assert time.monotonic() < deadline, "the service did not become ready"

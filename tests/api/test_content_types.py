@@ -197,7 +197,7 @@ def test_413_is_decided_from_content_length_without_reading_the_body(make_app: A
         "raw_path": b"/sessions",
         "root_path": "",
         "query_string": b"",
-        "headers": [(b"host", b"forklog"), (b"content-type", b"application/json"), (b"content-length", b"1000000")],
+        "headers": [(b"host", b"localhost"), (b"content-type", b"application/json"), (b"content-length", b"1000000")],
         "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 8000),
     }

@@ -343,7 +343,7 @@ class RefusingDisk(MemoryJournal):
     async def create(self, *args: Any) -> None:
         self._check()
 
-    async def append(self, *args: Any) -> None:
+    async def append(self, *args: Any, **kwargs: Any) -> None:
         self._check()
 
     async def delete(self, *args: Any) -> None:
@@ -447,7 +447,7 @@ def test_a_corrupt_source_comes_after_a_taken_child_id(make_client: ClientFactor
 class BrokenJournal(MemoryJournal):
     """A journal with a bug: not an input the service refuses, an error it did not foresee."""
 
-    async def append(self, *args: Any) -> None:
+    async def append(self, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError("secret internal detail")
 
 

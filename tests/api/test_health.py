@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.testclient import TestClient
 
 from tests.api.builders import turn
-from tests.api.conftest import AppFactory, ClientFactory
+from tests.api.conftest import LOCAL, AppFactory, ClientFactory
 from tests.api.helpers import append, create, events_of, get_session, wait_ready
 
 
@@ -31,7 +31,7 @@ def test_readyz_counts_the_live_sessions(client: TestClient) -> None:
 
 
 def test_a_restarted_service_serves_what_it_acknowledged(make_app: AppFactory, make_client: ClientFactory) -> None:
-    with TestClient(make_app()) as first:
+    with TestClient(make_app(), base_url=LOCAL) as first:
         wait_ready(first)
         created = create(first, id="kept", meta={"cwd": "/work"})
         append(first, "kept", turn(1))

@@ -27,7 +27,7 @@ def test_health_answers_while_a_large_seed_is_created(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://forklog") as client:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
                 while (await client.get("/readyz")).status_code != 200:
                     await asyncio.sleep(0.01)
                 started = time.perf_counter()

@@ -29,6 +29,10 @@ SPEC_CODES = {
     "STORAGE_UNAVAILABLE",
     "SESSION_CORRUPT",
     "INTERNAL",
+    "FORBIDDEN",
+    # forklog's names for the 408 and 431 answers of spec 9 (the spec gives no code): see the README
+    "REQUEST_TIMEOUT",
+    "HEADERS_TOO_LARGE",
 }
 # operationId -> (method, path, success status, the problem statuses it can answer besides 404/405/500)
 OPERATIONS = {

@@ -18,12 +18,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def start_server(tmp_path: Path) -> Iterator[StartServer]:
-    """``start_server(data_dir=None, fsync=False)``: a ready server; every one still running is killed at teardown."""
+    """``start_server(data_dir=None, fsync=False, *args)``: a ready server (``args`` are more command-line flags);
+    every one still running is killed at teardown."""
     started: list[Server] = []
 
-    def start(data_dir: Path | None = None, *, fsync: bool = False) -> Server:
+    def start(data_dir: Path | None = None, *args: str, fsync: bool = False) -> Server:
         log = tmp_path / f"server-{len(started)}.log"
-        server = Server(data_dir or tmp_path / "data", log, fsync=fsync)
+        server = Server(data_dir or tmp_path / "data", log, fsync=fsync, args=args)
         started.append(server)
         return server.start()
 

@@ -42,10 +42,11 @@ def run_app(*args: str, env: dict[str, str] | None = None, timeout: float = 20.0
 class Server:
     """One ``python -m app`` process on ``data_dir``; its output goes to ``log_path``."""
 
-    def __init__(self, data_dir: Path, log_path: Path, *, fsync: bool = False) -> None:
+    def __init__(self, data_dir: Path, log_path: Path, *, fsync: bool = False, args: tuple[str, ...] = ()) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
         self.fsync = fsync
+        self.args = args
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -63,6 +64,7 @@ class Server:
             args = [sys.executable, "-m", "app", "--port", str(self.port), "--data-dir", str(self.data_dir)]
             if not self.fsync:
                 args.append("--no-fsync")
+            args.extend(self.args)
             with self.log_path.open("ab") as log:
                 self.process = subprocess.Popen(args, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
             if self._wait_ready():

@@ -178,7 +178,7 @@ async def _in_process(data_dir: Path, disk: FailingDisk) -> None:
     app = create_app(Settings(data_dir=data_dir, fsync=True))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://forklog") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             while (await client.get("/readyz")).status_code != 200:
                 await asyncio.sleep(0.01)
             assert (await client.post("/sessions", json={"id": "s"})).status_code == 201

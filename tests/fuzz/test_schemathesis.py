@@ -106,7 +106,9 @@ class ServedApp:
 
     def __init__(self) -> None:
         self.data_dir = Path(tempfile.mkdtemp(prefix="forklog-schemathesis-"))
-        self.app = create_app(Settings(data_dir=self.data_dir, fsync=False, log_level="warning"))
+        self.app = create_app(
+            Settings(data_dir=self.data_dir, fsync=False, log_level="warning", allowed_hosts=["testserver"])
+        )
         with schemathesis_asgi.get_client(self.app) as client:  # type: ignore[arg-type]
             deadline = time.monotonic() + 10
             while client.get("/readyz").status_code != 200:

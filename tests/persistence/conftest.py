@@ -12,6 +12,7 @@ import pytest
 
 from app.persistence.durable import DurableStore
 from app.persistence.files import FileJournal
+from tests.persistence.faulty_ops import FaultyFileOps
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,12 +35,19 @@ def data_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def open_store() -> Iterator[OpenStore]:
-    """``await open_store(path)``: a recovered DurableStore over a FileJournal; whatever is still open is closed."""
+def fake_os() -> FaultyFileOps:
+    """The file operations of every store ``open_store`` opens: healthy until a test injects a fault."""
+    return FaultyFileOps()
+
+
+@pytest.fixture
+def open_store(fake_os: FaultyFileOps) -> Iterator[OpenStore]:
+    """``await open_store(path)``: a recovered DurableStore over a FileJournal (its OS seam is ``fake_os``);
+    whatever is still open is closed."""
     opened: list[DurableStore] = []
 
     async def open_(path: Path) -> DurableStore:
-        store = DurableStore(FileJournal(path))
+        store = DurableStore(FileJournal(path, ops=fake_os))
         opened.append(store)
         await store.recover()
         return store

@@ -1,6 +1,6 @@
 """The disk refuses: every failed change is rolled back, nothing is acknowledged, and a retry works.
 
-Faults are injected into the ``os`` module as app.persistence.files sees it (a proxy that forwards everything else).
+Faults are injected through the file backend's OS seam (``fake_os``, a :class:`FaultyFileOps`).
 """
 
 from __future__ import annotations
@@ -17,31 +17,12 @@ from typing import Any
 import pytest
 
 from app.domain.errors import ErrorCode, SessionError
-from app.persistence import files
 from app.persistence.durable import DurableStore
 from app.persistence.errors import StorageUnavailable
+from app.persistence.fileops import FileOps
 from tests.persistence import builders as b
 from tests.persistence.conftest import OpenStore, observe, session_file
-
-
-class FaultyOs:
-    """``os`` as app.persistence.files sees it: :meth:`fault` replaces one function, :meth:`heal` restores it."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(os, name)
-
-    def fault(self, name: str, replacement: Callable[..., Any]) -> None:
-        setattr(self, name, replacement)
-
-    def heal(self, name: str) -> None:
-        delattr(self, name)
-
-
-@pytest.fixture
-def fake_os(monkeypatch: pytest.MonkeyPatch) -> FaultyOs:
-    proxy = FaultyOs()
-    monkeypatch.setattr(files, "os", proxy)
-    return proxy
+from tests.persistence.faulty_ops import FaultyFileOps
 
 
 def fd_path(fd: int) -> str:
@@ -93,7 +74,7 @@ APPEND_FAULTS: dict[str, tuple[str, Callable[..., Any]]] = {
 
 @pytest.mark.parametrize("fault", list(APPEND_FAULTS))
 def test_a_failed_append_changes_nothing_and_a_retry_continues(
-    data_dir: Path, open_store: OpenStore, fake_os: FaultyOs, fault: str
+    data_dir: Path, open_store: OpenStore, fake_os: FaultyFileOps, fault: str
 ) -> None:
     name, faulty = APPEND_FAULTS[fault]
     path = session_file(data_dir, "s")
@@ -128,7 +109,7 @@ def test_a_failed_append_changes_nothing_and_a_retry_continues(
 
 
 def test_a_retry_in_the_same_life_gets_the_seqs_the_failed_batch_would_have_had(
-    data_dir: Path, open_store: OpenStore, fake_os: FaultyOs
+    data_dir: Path, open_store: OpenStore, fake_os: FaultyFileOps
 ) -> None:
     async def run() -> None:
         store = await open_store(data_dir)
@@ -147,22 +128,29 @@ def test_a_retry_in_the_same_life_gets_the_seqs_the_failed_batch_would_have_had(
     asyncio.run(run())
 
 
-def test_a_failed_append_in_a_batch_fails_alone(data_dir: Path, open_store: OpenStore, fake_os: FaultyOs) -> None:
+def test_a_failed_append_in_a_batch_fails_alone(data_dir: Path, open_store: OpenStore, fake_os: FaultyFileOps) -> None:
     release = threading.Event()
-    batches: list[list[str]] = []
-    commit = files._GroupCommitter._commit
-
-    def recording_commit(self: Any, batch: list[Any]) -> None:
-        batches.append([Path(item.path).stem for item in batch])
-        commit(self, batch)
+    rounds: list[list[str]] = []  # the files written in each writer round, seen through the OS seam
+    written: list[str] = []
 
     def write(fd: int, data: Any) -> int:
         path = fd_path(fd)
+        if path.endswith(".jsonl") and "/sessions/" in path:
+            written.append(Path(path).stem)
         if path.endswith("/stall.jsonl"):
-            release.wait(5)  # hold the writer so the next appends queue up into one batch
+            release.wait(5)  # hold the writer so the next appends queue up into one round
         if path.endswith("/fails.jsonl"):
             raise disk_error(errno.ENOSPC)
         return os.write(fd, data)
+
+    def end_of_round(real: Callable[[int], None]) -> Callable[[int], None]:
+        def sync(fd: int) -> None:
+            if written:
+                rounds.append(list(written))
+                written.clear()
+            real(fd)
+
+        return sync
 
     async def run() -> None:
         store = await open_store(data_dir)
@@ -170,6 +158,8 @@ def test_a_failed_append_in_a_batch_fails_alone(data_dir: Path, open_store: Open
             await store.create(session_id, b.turns(1, 1), None)
         before = observe(store, "fails")
         fake_os.fault("write", write)
+        fake_os.fault("fdatasync", end_of_round(os.fdatasync))
+        fake_os.fault("syncfs", end_of_round(FileOps().syncfs))
         stall = asyncio.ensure_future(store.append("stall", b.full_turn(2)))
         await asyncio.sleep(0.05)
         both = asyncio.gather(
@@ -183,13 +173,12 @@ def test_a_failed_append_in_a_batch_fails_alone(data_dir: Path, open_store: Open
         assert not isinstance(worked, BaseException)
         assert worked[2].event_count == 22
         assert observe(store, "fails") == before
-        fake_os.heal("write")
+        for name in ("write", "fdatasync", "syncfs"):
+            fake_os.heal(name)
         store.close()
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(files._GroupCommitter, "_commit", recording_commit)
-        asyncio.run(run())
-    assert ["fails", "works"] in batches, batches
+    asyncio.run(run())
+    assert ["fails", "works"] in rounds, rounds
 
     async def second_life() -> None:
         store = await open_store(data_dir)
@@ -212,7 +201,7 @@ CREATE_FAULTS: dict[str, tuple[str, Callable[..., Any]]] = {
 @pytest.mark.parametrize("operation", ["create", "fork"])
 @pytest.mark.parametrize("fault", list(CREATE_FAULTS))
 def test_a_failed_create_leaves_no_file_and_frees_the_id(
-    data_dir: Path, open_store: OpenStore, fake_os: FaultyOs, fault: str, operation: str
+    data_dir: Path, open_store: OpenStore, fake_os: FaultyFileOps, fault: str, operation: str
 ) -> None:
     name, faulty = CREATE_FAULTS[fault]
 
@@ -258,7 +247,7 @@ DELETE_FAULTS: dict[str, tuple[str, Callable[..., Any]]] = {
 
 @pytest.mark.parametrize("fault", list(DELETE_FAULTS))
 def test_a_failed_delete_keeps_the_session(
-    data_dir: Path, open_store: OpenStore, fake_os: FaultyOs, fault: str
+    data_dir: Path, open_store: OpenStore, fake_os: FaultyFileOps, fault: str
 ) -> None:
     name, faulty = DELETE_FAULTS[fault]
     path = session_file(data_dir, "kept")
@@ -286,7 +275,7 @@ def test_a_failed_delete_keeps_the_session(
 
 
 def test_a_delete_whose_last_unlink_fails_is_still_a_delete(
-    data_dir: Path, open_store: OpenStore, fake_os: FaultyOs
+    data_dir: Path, open_store: OpenStore, fake_os: FaultyFileOps
 ) -> None:
     # Once the file is renamed out of sessions/ and the folder synced, the delete has happened; the leftover in
     # tmp/ is swept at the next start.
@@ -316,7 +305,7 @@ def test_a_delete_whose_last_unlink_fails_is_still_a_delete(
 
 
 def test_a_failed_roll_back_is_cut_away_before_the_next_append(
-    data_dir: Path, open_store: OpenStore, fake_os: FaultyOs
+    data_dir: Path, open_store: OpenStore, fake_os: FaultyFileOps
 ) -> None:
     async def run() -> list[bytes]:
         store = await open_store(data_dir)
@@ -343,7 +332,7 @@ def test_a_failed_roll_back_is_cut_away_before_the_next_append(
 
 
 def test_the_writer_survives_an_error_it_did_not_expect(
-    data_dir: Path, open_store: OpenStore, fake_os: FaultyOs
+    data_dir: Path, open_store: OpenStore, fake_os: FaultyFileOps
 ) -> None:
     closes = {"failed": False}
 

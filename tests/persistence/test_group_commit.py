@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,10 +13,12 @@ from typing import Any
 import pytest
 
 from app.domain.errors import SessionError
-from app.persistence import files
 from app.persistence.durable import DurableStore
+from app.persistence.errors import StorageUnavailable
+from app.persistence.fileops import FileOps
 from tests.persistence import builders as b
-from tests.persistence.conftest import OpenStore
+from tests.persistence.conftest import OpenStore, session_file
+from tests.persistence.faulty_ops import FaultyFileOps
 
 
 def test_fifty_concurrent_appenders_on_one_session_get_contiguous_seqs(data_dir: Path, open_store: OpenStore) -> None:
@@ -56,38 +59,57 @@ def test_fifty_concurrent_appenders_on_one_session_get_contiguous_seqs(data_dir:
     asyncio.run(after_restart())
 
 
+class RoundRecorder:
+    """Watches the writer through the OS seam: the session files written in each round, and each file's syncs."""
+
+    def __init__(self, ops: FaultyFileOps) -> None:
+        self.rounds: list[list[str]] = []
+        self.syncs: Counter[str] = Counter()
+        self.writes: list[bytes] = []
+        self._written: list[str] = []
+        self._ops = ops
+        real = FileOps()
+        ops.fault("write", self._write)
+        ops.fault("fdatasync", self._syncing(real.fdatasync, single=True))
+        ops.fault("syncfs", self._syncing(real.syncfs, single=False))
+
+    def stop(self) -> None:
+        for name in ("write", "fdatasync", "syncfs"):
+            self._ops.heal(name)
+
+    @staticmethod
+    def _session(fd: int) -> str | None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        return Path(path).stem if "/sessions/" in path and path.endswith(".jsonl") else None
+
+    def _write(self, fd: int, data: Any) -> int:
+        session = self._session(fd)
+        if session is not None:
+            self._written.append(session)
+            self.writes.append(bytes(data))
+        return os.write(fd, data)
+
+    def _syncing(self, real: Any, *, single: bool) -> Any:
+        def sync(fd: int) -> None:
+            written, self._written = self._written, []
+            if written:
+                self.rounds.append(written)
+            # one syncfs commits every file the round wrote; an fdatasync only its own
+            if single:
+                session = self._session(fd)
+                if session is not None:
+                    self.syncs[session] += 1
+            else:
+                self.syncs.update(set(written))
+            real(fd)
+
+        return sync
+
+
 def test_concurrent_appends_on_many_sessions_share_writer_rounds(
-    data_dir: Path, open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+    data_dir: Path, open_store: OpenStore, fake_os: FaultyFileOps
 ) -> None:
     sessions, rounds = 20, 5
-    batch_sizes: list[int] = []
-    syncs: Counter[str] = Counter()
-    commit = files._GroupCommitter._commit
-
-    current: list[Any] = []
-
-    def counting_commit(self: Any, batch: list[Any]) -> None:
-        batch_sizes.append(len(batch))
-        current[:] = batch
-        commit(self, batch)
-
-    real_syncfs = files.sync_file_system
-
-    def counting_syncfs(fd: int) -> None:
-        # one syncfs commits every file the round wrote
-        syncs.update(Path(item.path).stem for item in current if item.error is None)
-        assert real_syncfs is not None
-        real_syncfs(fd)
-
-    def counting_fdatasync(fd: int) -> None:
-        syncs[Path(os.readlink(f"/proc/self/fd/{fd}")).stem] += 1
-        os.fdatasync(fd)
-
-    class CountingOs:
-        fdatasync = staticmethod(counting_fdatasync)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(os, name)
 
     async def worker(store: DurableStore, session_id: str) -> None:
         for turn in range(2, 2 + rounds):
@@ -95,28 +117,26 @@ def test_concurrent_appends_on_many_sessions_share_writer_rounds(
             assert stored[0]["seq"] == 11 * (turn - 1)
             assert view.event_count == 11 * turn
 
-    async def run() -> dict[str, bytes]:
+    async def run() -> tuple[dict[str, bytes], RoundRecorder]:
         store = await open_store(data_dir)
         ids = [f"s{number:02}" for number in range(sessions)]
         for session_id in ids:
             await store.create(session_id, b.turns(1, 1), None)
-        monkeypatch.setattr(files._GroupCommitter, "_commit", counting_commit)
-        monkeypatch.setattr(files, "os", CountingOs())
-        if real_syncfs is not None:
-            monkeypatch.setattr(files, "sync_file_system", counting_syncfs)
+        recorder = RoundRecorder(fake_os)
         await asyncio.gather(*(worker(store, session_id) for session_id in ids))
-        monkeypatch.undo()
+        recorder.stop()
         lines = {session_id: store.get(session_id).log.lines() for session_id in ids}
         store.close()
-        return lines
+        return lines, recorder
 
-    lines = asyncio.run(run())
+    lines, recorder = asyncio.run(run())
+    batch_sizes = [len(written) for written in recorder.rounds]
     appends = sessions * rounds
     assert sum(batch_sizes) == appends
     assert len(batch_sizes) < appends, f"every append had a writer round (and a sync round) of its own: {batch_sizes}"
     assert max(batch_sizes) > 1
     # and each acknowledged append was synced: its file once per round it took part in
-    assert syncs == Counter({session_id: rounds for session_id in lines})
+    assert recorder.syncs == Counter({session_id: rounds for session_id in lines})
 
     async def after_restart() -> None:
         store = await open_store(data_dir)
@@ -127,54 +147,64 @@ def test_concurrent_appends_on_many_sessions_share_writer_rounds(
 
 
 def test_a_failed_sync_of_a_group_fails_every_append_of_it_and_leaves_the_files_as_they_were(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    data_dir: Path, open_store: OpenStore, fake_os: FaultyFileOps
 ) -> None:
-    paths = [tmp_path / f"s{number}.jsonl" for number in range(3)]
-    for path in paths:
-        path.write_bytes(b'{"type":"session"}\n')
-    answers: dict[str, BaseException | None] = {}
+    release = threading.Event()
+
+    def write(fd: int, data: Any) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("/stall.jsonl"):
+            release.wait(5)  # hold the writer so that the next appends queue up into one round
+        return os.write(fd, data)
 
     def failing_sync(fd: int) -> None:
-        raise OSError(errno.EIO, "I/O error")
+        if not os.readlink(f"/proc/self/fd/{fd}").endswith("/stall.jsonl"):
+            raise OSError(errno.EIO, "I/O error")
+        os.fdatasync(fd)
 
-    monkeypatch.setattr(files, "sync_file_system", failing_sync)
-    monkeypatch.setattr(os, "fdatasync", failing_sync)
-    committer = files._GroupCommitter(sync=True)
-    try:
+    async def run() -> None:
+        store = await open_store(data_dir)
+        ids = ["s0", "s1", "s2"]
+        for session_id in ["stall", *ids]:
+            await store.create(session_id, b.turns(1, 1), None)
+        before = {session_id: session_file(data_dir, session_id).read_bytes() for session_id in ids}
+        fake_os.fault("write", write)
+        stall = asyncio.ensure_future(store.append("stall", b.full_turn(2)))
+        await asyncio.sleep(0.05)
+        fake_os.fault("fdatasync", failing_sync)
+        fake_os.fault("syncfs", failing_sync)
+        group = asyncio.gather(
+            *(store.append(session_id, b.full_turn(2)) for session_id in ids), return_exceptions=True
+        )
+        await asyncio.sleep(0.05)
+        release.set()
+        answers = await group
+        await stall
+        for name in ("write", "fdatasync", "syncfs"):
+            fake_os.heal(name)
+        assert all(isinstance(answer, StorageUnavailable) for answer in answers), answers
+        assert {session_id: session_file(data_dir, session_id).read_bytes() for session_id in ids} == before
+        assert all(len(store.get(session_id).log) == 11 for session_id in ids)
+        store.close()
 
-        def answer(name: str) -> Any:
-            return lambda error: answers.__setitem__(name, error)
-
-        batch = [files._Append(path, b'{"type":"x"}\n', answer(path.stem)) for path in paths]
-        committer._commit(batch)
-    finally:
-        committer.close()
-    assert set(answers) == {"s0", "s1", "s2"}
-    assert all(isinstance(error, OSError) for error in answers.values())
-    assert all(path.read_bytes() == b'{"type":"session"}\n' for path in paths)
+    asyncio.run(run())
 
 
 def test_concurrent_appends_on_one_session_share_writes_and_syncs(
-    data_dir: Path, open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+    data_dir: Path, open_store: OpenStore, fake_os: FaultyFileOps
 ) -> None:
     appenders = 50
-    writes: list[bytes] = []
-    real_append = files.FileJournal.append
-
-    async def counting_append(self: files.FileJournal, session_id: str, lines: bytes) -> None:
-        writes.append(lines)
-        await real_append(self, session_id, lines)
 
     async def run() -> None:
         store = await open_store(data_dir)
         await store.create("busy", b.open_turn(1), None)
-        monkeypatch.setattr(files.FileJournal, "append", counting_append)
+        recorder = RoundRecorder(fake_os)
         answers = await asyncio.gather(
             *(store.append("busy", [b.log_only(f"note {who}")]) for who in range(appenders)),
             store.append("busy", [b.turn_start(9)]),  # refused (turn 1 is open): it alone, the others go on
             return_exceptions=True,
         )
-        monkeypatch.undo()
+        recorder.stop()
+        writes = recorder.writes
         refused = answers.pop()
         assert isinstance(refused, Exception) and "turn/start" in str(refused)
         # Every append answered with its own events and the session as it stood right after them ...

@@ -1,0 +1,141 @@
+"""Serving the app with uvicorn, with the client limits uvicorn itself lacks.
+
+uvicorn bounds bodies only through the app and has no setting for the size of a request's header block or for a
+client that stops sending its headers (its ``timeout_keep_alive`` applies between requests only, and upstream issue
+encode/uvicorn#157 is still open). :func:`limited_protocol` adds both to uvicorn's own httptools protocol, through
+the server's documented ``http=`` protocol-class setting: a header block over ``max_header_bytes`` answers 431 and a
+client that pauses in its headers for ``read_timeout`` seconds answers 408, both as problem+json, and the
+connection is closed. A body that stops arriving is the app's to time out (it reads the body): see
+:mod:`app.api.body`. Shutdown uses uvicorn's ``timeout_graceful_shutdown``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from app.api.problems import PROBLEM_JSON, problem_body
+from app.api.settings import Settings
+
+__all__ = ["limited_protocol", "serve"]
+
+log = logging.getLogger("forklog.http")
+
+HEADER_END = b"\r\n\r\n"
+# How long a refused client may go on sending before its connection is closed anyway.
+LINGER_SECONDS = 2.0
+
+
+def limited_protocol(*, max_header_bytes: int, read_timeout: float) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol, refusing header blocks over ``max_header_bytes`` and stalled headers."""
+
+    class LimitedProtocol(HttpToolsProtocol):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._in_headers = True
+            self._header_bytes = 0
+            self._tail = b""
+            self._header_timer: asyncio.TimerHandle | None = None
+            self._discarding = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self._discarding:
+                return
+            if self._in_headers:
+                if self._header_timer is None:
+                    self._arm()
+                # Count only the header block: the end marker may sit inside this chunk, a body after it.
+                window = self._tail + data
+                end = window.find(HEADER_END)
+                counted = len(data) if end < 0 else max(0, end + len(HEADER_END) - len(self._tail))
+                self._header_bytes += counted
+                if self._header_bytes > max_header_bytes:
+                    self._refuse(
+                        431,
+                        "HEADERS_TOO_LARGE",
+                        f"the request line and headers exceed {max_header_bytes} bytes; send smaller headers",
+                    )
+                    return
+                self._tail = window[-(len(HEADER_END) - 1) :]
+            super().data_received(data)
+
+        def on_headers_complete(self) -> None:
+            self._in_headers = False
+            self._disarm()
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            # The next request on this connection starts with its headers; its timer starts with its first byte.
+            self._in_headers = True
+            self._header_bytes = 0
+            self._tail = b""
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(read_timeout, self._headers_stalled)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_stalled(self) -> None:
+            self._header_timer = None
+            if not self._in_headers or self.transport.is_closing():
+                return
+            if self._header_bytes == 0:  # an idle connection that never began a request: close it quietly
+                self.transport.close()
+                return
+            self._refuse(
+                408,
+                "REQUEST_TIMEOUT",
+                f"the request's headers did not arrive within {read_timeout:g} s; send the whole request at once",
+            )
+
+        def _refuse(self, status: int, code: str, detail: str) -> None:
+            self._disarm()
+            self._in_headers = False
+            busy = self.cycle is not None and not self.cycle.response_complete
+            if busy:  # an answer to an earlier request is still being written: only closing is safe
+                self.transport.close()
+                return
+            log.warning("refused a request: %s", detail)
+            body = orjson.dumps(problem_body(code, detail, "", None))
+            headers = f"content-type: {PROBLEM_JSON}\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n"
+            self.transport.write(STATUS_LINE[status] + headers.encode("ascii") + body)
+            # Close gently: a close with unread bytes in the kernel's buffer resets the connection, and the
+            # client would lose the answer. Send FIN, discard what still arrives, close when the client does.
+            self._discarding = True
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.loop.call_later(LINGER_SECONDS, self.transport.close)
+
+    return LimitedProtocol
+
+
+def serve(app: Any, settings: Settings) -> None:
+    """Run ``app`` until SIGINT/SIGTERM; a shutdown waits at most ``settings.shutdown_grace`` for requests."""
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,
+        server_header=False,
+        http=limited_protocol(max_header_bytes=settings.max_header_bytes, read_timeout=settings.read_timeout),
+        timeout_graceful_shutdown=settings.shutdown_grace,
+    )

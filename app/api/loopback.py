@@ -1,0 +1,99 @@
+"""A service without keys serves only its own machine: no other site's page can drive it from a browser.
+
+Two checks run before any route (spec section 9, "Loopback without keys"):
+
+- **Host.** Only a ``Host`` naming a loopback address (127.0.0.0/8, ::1), ``localhost`` (or a name under it), or one
+  of ``FORKLOG_ALLOWED_HOSTS`` is served; any other answers ``400 INVALID_REQUEST`` (``field: "Host"``). A page that
+  rebinds its own DNS name to 127.0.0.1 still sends its own name, so it is refused (DNS rebinding).
+- **Origin.** A request that changes something (any method but GET, HEAD and OPTIONS, except a snapshot, which
+  only reads) and carries an ``Origin`` not listed in ``FORKLOG_CORS_ORIGINS`` answers ``403 FORBIDDEN`` before it
+  runs: a cross-site form or ``fetch`` (a "simple" request needs no preflight) cannot create, append, fork or delete.
+
+Starlette's ``TrustedHostMiddleware`` is not used: its refusal is plain text (every forklog error is a problem) and
+it cannot name the whole 127.0.0.0/8 range.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.api.problems import send_problem
+
+__all__ = ["LoopbackGuard", "host_name", "is_allowed_host"]
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def host_name(header: str) -> str | None:
+    """The host of a ``Host`` header value (port and IPv6 brackets taken off), lower case; None if malformed."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        closing = value.find("]")
+        if closing < 0 or (closing + 1 < len(value) and value[closing + 1] != ":"):
+            return None
+        return value[1:closing] or None
+    name, colon, port = value.rpartition(":")
+    if colon and port.isdigit():
+        value = name
+    if not value or any(char in value for char in "/@ \t[]"):
+        return None
+    return value.rstrip(".") or None
+
+
+def is_allowed_host(name: str, allowed: Iterable[str]) -> bool:
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        if ipaddress.ip_address(name).is_loopback:
+            return True
+    except ValueError:
+        pass
+    return any(name == pattern or (pattern.startswith("*.") and name.endswith(pattern[1:])) for pattern in allowed)
+
+
+def _reads_only(method: str, path: str) -> bool:
+    return method in SAFE_METHODS or (method == "POST" and path.endswith("/snapshot"))
+
+
+class LoopbackGuard:
+    """Refuses foreign ``Host`` values and cross-site changes (see the module's docstring)."""
+
+    def __init__(self, app: ASGIApp, *, allowed_hosts: Iterable[str], allowed_origins: Iterable[str]) -> None:
+        self.app = app
+        self.allowed_hosts = tuple(allowed_hosts)
+        self.allowed_origins = frozenset(origin.lower() for origin in allowed_origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        raw_host = headers.get("host")
+        name = host_name(raw_host) if raw_host is not None else None
+        if name is None or not is_allowed_host(name, self.allowed_hosts):
+            reason = "this service without keys answers only requests for a loopback address or localhost"
+            await send_problem(
+                scope,
+                send,
+                "INVALID_REQUEST",
+                f"Host {raw_host!r} is not served: {reason} (or one of FORKLOG_ALLOWED_HOSTS)",
+                {"errors": [{"field": "Host", "reason": reason}]},
+                status=400,
+            )
+            return
+        origin = headers.get("origin")
+        refused_origin = origin is not None and origin.lower() not in self.allowed_origins
+        if refused_origin and not _reads_only(scope["method"], scope["path"]):
+            await send_problem(
+                scope,
+                send,
+                "FORBIDDEN",
+                f"a page from {origin!r} may not change sessions here; list its origin in FORKLOG_CORS_ORIGINS "
+                "to allow it",
+            )
+            return
+        await self.app(scope, receive, send)

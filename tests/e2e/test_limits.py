@@ -1,0 +1,117 @@
+"""Bounded clients against a real server (spec 9): a huge header block gets 431, a client that pauses in its headers
+or its body gets 408, and SIGTERM ends the process within its grace even while an upload is stalled.
+
+These talk raw HTTP over sockets, so that a test can send exactly the bytes a hostile or broken client would.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import StartServer
+from tests.e2e.server import GRACEFUL_EXITS
+
+pytestmark = pytest.mark.e2e
+
+READ_TIMEOUT = 1.0
+GRACE = 2
+
+
+def connect(port: int) -> socket.socket:
+    conn = socket.create_connection(("127.0.0.1", port), timeout=10)
+    conn.settimeout(10)
+    return conn
+
+
+def read_answer(conn: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of one answer (the server closes the connection after each of these)."""
+    data = b""
+    while True:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines[1:])}
+    return status, headers, body
+
+
+def assert_problem(answer: tuple[int, dict[str, str], bytes], status: int, code: str) -> None:
+    got_status, headers, body = answer
+    assert got_status == status, body
+    assert headers["content-type"] == "application/problem+json"
+    problem = json.loads(body)
+    assert problem["status"] == status
+    assert problem["code"] == code
+    assert problem["detail"]
+
+
+def test_a_header_block_over_the_limit_gets_431(start_server: StartServer) -> None:
+    server = start_server()
+    with connect(server.port) as conn:
+        conn.sendall(b"GET /sessions HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * (1024 * 1024) + b"\r\n\r\n")
+        assert_problem(read_answer(conn), 431, "HEADERS_TOO_LARGE")
+    assert server.get("/healthz").status_code == 200
+
+
+def test_headers_just_under_the_limit_are_served(start_server: StartServer) -> None:
+    server = start_server()
+    with connect(server.port) as conn:
+        padding = b"X-Pad: " + b"a" * (60 * 1024) + b"\r\n"
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" + padding + b"\r\n")
+        status, _, body = read_answer(conn)
+    assert status == 200, body
+
+
+def test_headers_that_stop_arriving_get_408_within_the_read_timeout(start_server: StartServer) -> None:
+    server = start_server(None, "--read-timeout", str(READ_TIMEOUT))
+    with connect(server.port) as conn:
+        started = time.monotonic()
+        conn.sendall(b"GET /sessions HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+        answer = read_answer(conn)
+        waited = time.monotonic() - started
+    assert_problem(answer, 408, "REQUEST_TIMEOUT")
+    assert READ_TIMEOUT * 0.9 <= waited < READ_TIMEOUT + 3
+
+
+def test_a_body_that_stops_arriving_gets_408_within_the_read_timeout(start_server: StartServer) -> None:
+    server = start_server(None, "--read-timeout", str(READ_TIMEOUT))
+    with connect(server.port) as conn:
+        started = time.monotonic()
+        conn.sendall(
+            b"POST /sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"id": "slow'
+        )
+        answer = read_answer(conn)
+        waited = time.monotonic() - started
+    assert_problem(answer, 408, "REQUEST_TIMEOUT")
+    assert READ_TIMEOUT * 0.9 <= waited < READ_TIMEOUT + 3
+    assert server.get("/sessions/slow").status_code == 404
+
+
+def test_sigterm_ends_the_process_within_its_grace_during_a_stalled_upload(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir, "--shutdown-grace", str(GRACE))
+    assert server.post("/sessions", {"id": "kept"}).status_code == 201
+    with connect(server.port) as stalled, connect(server.port) as idle:
+        stalled.sendall(
+            b"POST /sessions/kept/events HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100000\r\n\r\n{"events": ['
+        )
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")  # a keep-alive connection left open
+        time.sleep(0.3)
+        started = time.monotonic()
+        status = server.stop()
+        stopped = time.monotonic() - started
+    assert status in GRACEFUL_EXITS, server.output()
+    assert stopped < GRACE + 3, f"SIGTERM took {stopped:.1f} s with a grace of {GRACE} s"
+    assert (data_dir / "index" / "kept.idx").is_file(), "the clean shutdown did not index the sessions"

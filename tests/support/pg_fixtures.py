@@ -1,0 +1,46 @@
+"""pytest fixtures over ``tests.support.postgres``: one PostgreSQL server per session, a fresh database per test.
+
+- ``pg_server`` (session): ``FORKLOG_TEST_DATABASE_URL``'s server, else a throwaway cluster started once (~1-2 s);
+  skipped without server binaries, failed on CI.
+- ``pg_url`` (test): the URL of a new empty database on it, dropped afterwards.
+- ``pg_cluster`` (test): the session's cluster itself, for fault tests that stop and restart it; skipped on an external
+  server, which tests may not stop. It is running again after each such test, whatever the test left.
+
+These are meant for a conftest (``tests/conftest.py``); ``tests/support/conftest.py`` imports them for this folder only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.postgres import ENV_URL, PostgresCluster, PostgresServer, fresh_database_name, server_for_tests
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    server = server_for_tests()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def pg_url(pg_server: PostgresServer, request: pytest.FixtureRequest) -> Iterator[str]:
+    # A fault test before (or beside) this one may have left the shared cluster stopped.
+    if isinstance(pg_server, PostgresCluster):
+        pg_server.ensure_started()
+    name = pg_server.create_database(fresh_database_name(request.node.name))
+    yield pg_server.url(name)
+    if isinstance(pg_server, PostgresCluster):
+        pg_server.ensure_started()
+    pg_server.drop_database(name)
+
+
+@pytest.fixture
+def pg_cluster(pg_server: PostgresServer) -> Iterator[PostgresCluster]:
+    if not isinstance(pg_server, PostgresCluster):
+        pytest.skip(f"{ENV_URL} names a server that tests may not stop")
+    pg_server.ensure_started()
+    yield pg_server
+    pg_server.ensure_started()

@@ -12,11 +12,12 @@ from pydantic import ValidationError
 from app.api.app import create_app
 from app.api.http_server import serve
 from app.api.settings import Settings
-from app.persistence.errors import StorageError
+from app.backends.errors import StorageError
 
 
 def parse_flags(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="forklog", description="Serve forklog's HTTP API.")
+    parser.add_argument("--backend", help="files (the default) or memory (FORKLOG_BACKEND)")
     parser.add_argument("--data-dir", help="where the session files live (FORKLOG_DATA_DIR, default ./data)")
     parser.add_argument("--host", help="the address to listen on (FORKLOG_HOST, default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="the port (FORKLOG_PORT, default 8000)")

@@ -1,23 +1,24 @@
-"""Reading a request: content type, size limit, lossless JSON, and the typed members of a body or query.
+"""Reading a request's body: content type, size limit, a client that stops sending, lossless JSON.
 
 The order is the contract's: a body that is not declared JSON is 415 before its size is looked at (413), and 413 is
-decided before a byte is parsed. Members are checked by hand, not by a model, because an event must reach the
-domain exactly as the client wrote it (a model would coerce ``1.0``, ``"1"`` and ``true``).
+decided before a byte is parsed. Its members are checked by :mod:`app.api.requests`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
 
-from app.api.problems import ApiProblem, invalid_request
-from app.domain.jsonvalue import Break, JsonSyntaxError, JsonTooDeep, is_number, is_safe_integer
+from app.api.problems import RequestProblem, invalid_request
+from app.domain.errors import ErrorCode
+from app.domain.jsonvalue import Break, JsonSyntaxError, JsonTooDeep
 from app.domain.jsonvalue import loads as lossless_loads
+
+__all__ = ["PARSED_INLINE_BYTES", "JsonBody", "read_body"]
 
 PARSED_INLINE_BYTES = 256 * 1024
 
@@ -64,8 +65,8 @@ async def _timed(request: Request, read_timeout: float) -> AsyncIterator[bytes]:
         except StopAsyncIteration:
             return
         except TimeoutError:
-            raise ApiProblem(
-                "REQUEST_TIMEOUT",
+            raise RequestProblem(
+                ErrorCode.REQUEST_TIMEOUT,
                 f"the body stopped arriving for {read_timeout:g} s; send the whole request without pausing",
             ) from None
         yield chunk
@@ -90,17 +91,19 @@ async def read_body(request: Request, *, limit: int, empty_is_object: bool, read
             else:
                 if empty_is_object:
                     return JsonBody({})
-        raise ApiProblem(
-            "UNSUPPORTED_MEDIA_TYPE", f"the body must be JSON (application/json), not {content_type}; send JSON"
+        raise RequestProblem(
+            ErrorCode.UNSUPPORTED_MEDIA_TYPE, f"the body must be JSON (application/json), not {content_type}; send JSON"
         )
     if length is not None and length > limit:
-        raise ApiProblem("PAYLOAD_TOO_LARGE", f"the body is {length} bytes, over the limit of {limit}; split it")
+        raise RequestProblem(
+            ErrorCode.PAYLOAD_TOO_LARGE, f"the body is {length} bytes, over the limit of {limit}; split it"
+        )
     chunks: list[bytes] = []
     received = 0
     async for chunk in _timed(request, read_timeout):
         received += len(chunk)
         if received > limit:
-            raise ApiProblem("PAYLOAD_TOO_LARGE", f"the body is over the limit of {limit} bytes; split it")
+            raise RequestProblem(ErrorCode.PAYLOAD_TOO_LARGE, f"the body is over the limit of {limit} bytes; split it")
         chunks.append(chunk)
     raw = b"".join(chunks)
     if not raw:
@@ -121,57 +124,3 @@ async def read_body(request: Request, *, limit: int, empty_is_object: bool, read
     if not isinstance(value, dict):
         raise invalid_request("", "the body must be a JSON object")
     return JsonBody(value, breaks)
-
-
-def refuse_unknown_members(body: JsonBody, allowed: frozenset[str]) -> None:
-    unknown = sorted(key for key in body.members if key not in allowed)
-    if unknown:
-        raise ApiProblem(
-            "INVALID_REQUEST",
-            f"unknown body member {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}",
-            errors=[{"field": key, "reason": "unknown member"} for key in unknown],
-        )
-
-
-def optional_string(body: JsonBody, name: str) -> str | None:
-    value = body.members.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise invalid_request(name, "must be a string")
-    return value
-
-
-def optional_integer(body: JsonBody, name: str) -> int | None:
-    """A member that is a number with an integral value (``3`` and ``3.0`` alike), or absent/null."""
-    value = body.members.get(name)
-    if value is None:
-        return None
-    if not is_number(value) or not float(value).is_integer():
-        raise invalid_request(name, "must be an integer")
-    return int(value)
-
-
-_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-
-
-def query_integer(raw: str | None, name: str, *, default: int | None = None) -> int | None:
-    """A query parameter that is a number with an integral value (``3`` and ``3.0`` alike), or absent."""
-    if raw is None:
-        return default
-    text = raw.strip()
-    if _JSON_NUMBER.fullmatch(text) is None:  # float() would also take "1_0", "+3", "nan" and "infinity"
-        raise invalid_request(name, "must be an integer")
-    value = float(text)
-    if not value.is_integer():
-        raise invalid_request(name, "must be an integer")
-    # Beyond the safe range only the sign matters: every such value is out of any range the API accepts.
-    return int(value) if is_safe_integer(value) else (2**62 if value > 0 else -(2**62))
-
-
-def bounded_query_integer(raw: str | None, name: str, *, default: int, low: int, high: int) -> int:
-    value = query_integer(raw, name, default=default)
-    assert value is not None
-    if not low <= value <= high:
-        raise invalid_request(name, f"must be an integer from {low} to {high}")
-    return value

@@ -21,6 +21,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from app.api.problems import PROBLEM_JSON, problem_body
 from app.api.settings import Settings
+from app.domain.errors import ErrorCode
 
 __all__ = ["limited_protocol", "serve"]
 
@@ -65,7 +66,7 @@ def limited_protocol(*, max_header_bytes: int, read_timeout: float) -> type[Http
                 if self._header_bytes > max_header_bytes:
                     self._refuse(
                         431,
-                        "HEADERS_TOO_LARGE",
+                        ErrorCode.HEADERS_TOO_LARGE,
                         f"the request line and headers exceed {max_header_bytes} bytes; send smaller headers",
                     )
                     return
@@ -102,11 +103,11 @@ def limited_protocol(*, max_header_bytes: int, read_timeout: float) -> type[Http
                 return
             self._refuse(
                 408,
-                "REQUEST_TIMEOUT",
+                ErrorCode.REQUEST_TIMEOUT,
                 f"the request's headers did not arrive within {read_timeout:g} s; send the whole request at once",
             )
 
-        def _refuse(self, status: int, code: str, detail: str) -> None:
+        def _refuse(self, status: int, code: ErrorCode, detail: str) -> None:
             self._disarm()
             self._in_headers = False
             busy = self.cycle is not None and not self.cycle.response_complete

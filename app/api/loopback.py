@@ -22,6 +22,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.problems import send_problem
+from app.domain.errors import ErrorCode
 
 __all__ = ["LoopbackGuard", "host_name", "is_allowed_host"]
 
@@ -79,9 +80,9 @@ class LoopbackGuard:
             await send_problem(
                 scope,
                 send,
-                "INVALID_REQUEST",
+                ErrorCode.INVALID_REQUEST,
                 f"Host {raw_host!r} is not served: {reason} (or one of FORKLOG_ALLOWED_HOSTS)",
-                {"errors": [{"field": "Host", "reason": reason}]},
+                {"field": "Host", "reason": reason},
                 status=400,
             )
             return
@@ -91,7 +92,7 @@ class LoopbackGuard:
             await send_problem(
                 scope,
                 send,
-                "FORBIDDEN",
+                ErrorCode.FORBIDDEN,
                 f"a page from {origin!r} may not change sessions here; list its origin in FORKLOG_CORS_ORIGINS "
                 "to allow it",
             )

@@ -8,14 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from app.api.app import create_app
-from app.persistence.durable import MemoryJournal
+from app.api.settings import Settings
+
+__all__ = ["COMMITTED", "document", "render"]
 
 COMMITTED = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
 
 
 def document() -> dict[str, Any]:
     """The app's OpenAPI document (built without touching a data directory)."""
-    return create_app(journal=MemoryJournal()).openapi()
+    return create_app(Settings(backend="memory")).openapi()
 
 
 def render(schema: dict[str, Any]) -> str:

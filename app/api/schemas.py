@@ -1,13 +1,31 @@
-"""Wire models, named for their role. They document the API (OpenAPI, generated clients); request bodies are
-checked by hand in :mod:`app.api.body` so that events reach the domain exactly as sent."""
+"""Wire models of the answers and of the events, named for their role. They document the API (OpenAPI, generated
+clients) and are never used to parse a request: bodies are checked by :mod:`app.api.requests`, so that events reach
+the domain exactly as sent."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from app.api.problems import PROBLEMS
+from app.domain.session import HEADER_FIELDS
+
+__all__ = [
+    "AppendResponse",
+    "CreateMeta",
+    "Event",
+    "EventsPage",
+    "Health",
+    "History",
+    "NewEvent",
+    "Problem",
+    "Ready",
+    "SeedEvent",
+    "SessionOut",
+    "SessionPage",
+    "SnapshotOut",
+]
 
 
 class _Wire(BaseModel):
@@ -61,58 +79,29 @@ class SeedEvent(_Wire):
     sourceEventSeqs: list[int] | None = None
 
 
-class CreateMeta(_Wire):
-    cwd: str | None = Field(None, description="an absolute path")
-    parentSession: str | None = None
-    seedLength: int | None = Field(None, ge=0)
-    origin: Literal["subagent"] | None = None
-    delegationDepth: int | None = Field(None, ge=0)
-    agentPreset: str | None = None
-    createdAt: int | None = Field(None, ge=0, description="checked, then ignored: the server assigns createdAt")
+_JSON_TYPES: dict[str, Any] = {"string": str, "integer": int}
 
+# The create's meta: the header's fields (each optional, null meaning absent), plus createdAt (checked, ignored).
+_META_FIELDS: dict[str, Any] = {
+    field.key: (_JSON_TYPES[field.json_type] | None, Field(None, description=field.description))
+    for field in HEADER_FIELDS
+}
+_META_FIELDS["createdAt"] = (int | None, Field(None, ge=0, description="checked, then ignored: the server assigns it"))
+CreateMeta: type[BaseModel] = create_model("CreateMeta", __config__=ConfigDict(extra="forbid"), **_META_FIELDS)
 
-class SessionCreate(_Wire):
-    """``POST /sessions``: all members optional; a snapshot response posted as is creates the fork's child."""
-
-    id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-    seed: list[SeedEvent] | None = None
-    meta: CreateMeta | None = None
-    source: Any = Field(None, description="ignored (so that a snapshot response can be posted as is)")
-
-
-class AppendRequest(_Wire):
-    events: list[NewEvent] = Field(min_length=1, max_length=1000)
-    expectedSeq: int | None = Field(None, description="the log length the client has seen")
-    instance: str | None = Field(None, description="the session incarnation the client has seen")
-
-
-class SnapshotRequest(_Wire):
-    instance: str | None = None
-    atSeq: int | None = Field(None, description="the seq of a turn/end; omitted: the whole log")
-    expectedSeq: int | None = None
-
-
-class ForkRequest(SnapshotRequest):
-    sessionId: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-class SessionOut(BaseModel):
-    """The Session resource."""
-
-    id: str
-    instance: str
-    createdAt: int
-    cwd: str | None
-    parentSession: str | None
-    seedLength: int | None
-    origin: str | None
-    delegationDepth: int
-    agentPreset: str | None
-    eventCount: int
-    lastEventType: str | None
-    openTurn: int | None
-    lastTurnEndSeq: int | None
-    forkable: bool
+# The Session resource (spec 3): every member present, an unset header field as null.
+_SESSION_FIELDS: dict[str, Any] = {"id": (str, ...), "instance": (str, ...), "createdAt": (int, ...)}
+for _field in HEADER_FIELDS:
+    _type = int if _field.key == "delegationDepth" else _JSON_TYPES[_field.json_type] | None
+    _SESSION_FIELDS[_field.key] = (_type, ...)
+_SESSION_FIELDS.update(
+    eventCount=(int, ...),
+    lastEventType=(str | None, ...),
+    openTurn=(int | None, ...),
+    lastTurnEndSeq=(int | None, ...),
+    forkable=(bool, ...),
+)
+SessionOut: type[BaseModel] = create_model("SessionOut", __doc__="The Session resource.", **_SESSION_FIELDS)
 
 
 class SessionPage(BaseModel):
@@ -120,7 +109,7 @@ class SessionPage(BaseModel):
     nextCursor: str | None
 
 
-class AppendResult(BaseModel):
+class AppendResponse(BaseModel):
     events: list[Event]
     session: SessionOut
 
@@ -176,7 +165,7 @@ class Problem(BaseModel):
     title: str
     status: int
     detail: str
-    code: str = Field(json_schema_extra={"enum": list(PROBLEMS)})
+    code: str = Field(json_schema_extra={"enum": [code.value for code in PROBLEMS]})
     instance: str
     index: int | None = None
     reason: str | None = None
@@ -185,6 +174,3 @@ class Problem(BaseModel):
     lastTurnEndSeq: int | None = None
     currentSeq: int | None = None
     errors: list[FieldError] | None = None
-
-
-REQUEST_MODELS: tuple[type[BaseModel], ...] = (SessionCreate, AppendRequest, SnapshotRequest, ForkRequest)

@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 __all__ = ["LogLevel", "Settings"]
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+BackendName = Literal["files", "memory"]
 
 # Comma-separated in the environment (FORKLOG_CORS_ORIGINS=https://a.example,https://b.example), a list in code.
 CommaList = Annotated[list[str], NoDecode]
@@ -19,6 +20,9 @@ CommaList = Annotated[list[str], NoDecode]
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FORKLOG_", extra="forbid", frozen=True)
 
+    backend: BackendName = Field(
+        "files", description="files (JSONL in data_dir, the default) or memory (nothing kept across restarts)"
+    )
     data_dir: Path = Field(Path("./data"), description="where the session files live")
     host: str = Field("127.0.0.1", min_length=1, description="the address to listen on")
     port: int = Field(8000, ge=1, le=65535, description="the port to listen on")

@@ -1,11 +1,17 @@
-"""The domain's one error family.
+"""Every error forklog raises on purpose, and the one vocabulary of codes they carry.
 
-    SessionError                 every refusal of the store, with a stable ``code``
-    └── (codes)                  SESSION_NOT_FOUND, SESSION_ALREADY_EXISTS, SESSION_NOT_LIVE,
-                                 NOT_AT_TURN_BOUNDARY, INVALID_BOUNDARY, SEQ_CONFLICT,
-                                 INVALID_SEED, INVALID_EVENT, INVALID_REQUEST, SESSION_CORRUPT
+    ForklogError                     base of every refusal: a stable ``code``, a ``detail`` for people, ``facts``
+    ├── DomainError                  the domain's own refusals (this module)
+    │   ├── SessionError             a session operation refused by the rules of spec 2 (ids, liveness, seeds)
+    │   │   └── SessionForkError     the RFC's: a snapshot or fork refused (boundary, source, child id)
+    │   ├── InvalidId                an id that breaks the id rule (INVALID_REQUEST, naming the field)
+    │   └── EventRejected            one event breaks a rule; turned into INVALID_EVENT or INVALID_SEED
+    ├── StorageError                 app.backends.errors
+    ├── ServiceError                 app.service.errors
+    └── RequestProblem               app.api.problems
 
-No HTTP status lives here: the API layer maps each code to a status in one table.
+The codes are the contract's (spec section 3, "Errors") plus two of forklog's own for spec 9's 408 and 431. No HTTP
+status lives here: the API layer maps each code to its status, title and type in one table.
 """
 
 from __future__ import annotations
@@ -13,37 +19,94 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+__all__ = [
+    "DomainError",
+    "ErrorCode",
+    "EventRejected",
+    "ForklogError",
+    "InvalidId",
+    "SessionError",
+    "SessionForkError",
+]
+
 
 class ErrorCode(StrEnum):
     SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
     SESSION_ALREADY_EXISTS = "SESSION_ALREADY_EXISTS"
     SESSION_NOT_LIVE = "SESSION_NOT_LIVE"
     NOT_AT_TURN_BOUNDARY = "NOT_AT_TURN_BOUNDARY"
-    INVALID_BOUNDARY = "INVALID_BOUNDARY"
     SEQ_CONFLICT = "SEQ_CONFLICT"
+    INVALID_BOUNDARY = "INVALID_BOUNDARY"
     INVALID_SEED = "INVALID_SEED"
     INVALID_EVENT = "INVALID_EVENT"
     INVALID_REQUEST = "INVALID_REQUEST"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    FORBIDDEN = "FORBIDDEN"
+    IDEMPOTENCY_KEY_IN_PROGRESS = "IDEMPOTENCY_KEY_IN_PROGRESS"
+    IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+    NOT_FOUND = "NOT_FOUND"
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+    HEADERS_TOO_LARGE = "HEADERS_TOO_LARGE"
+    NOT_READY = "NOT_READY"
+    STORAGE_UNAVAILABLE = "STORAGE_UNAVAILABLE"
     SESSION_CORRUPT = "SESSION_CORRUPT"
+    INTERNAL = "INTERNAL"
 
 
-class SessionError(Exception):
-    """A refusal of the store: ``code`` says which, ``detail`` says what to do, ``facts`` carry the numbers."""
+class ForklogError(Exception):
+    """A refusal: ``code`` says which, ``detail`` says what to do next, ``facts`` carry what a client needs.
 
-    def __init__(self, code: ErrorCode, detail: str, **facts: Any) -> None:
+    Facts are plain values named as the contract names them (``currentSeq``, ``index``, ``reason``; for
+    INVALID_REQUEST ``field`` and ``reason``); the API decides how they look on the wire.
+    """
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(self, detail: str, *, code: ErrorCode | None = None, **facts: Any) -> None:
         super().__init__(detail)
-        self.code = code
+        if code is not None:
+            self.code = code
         self.detail = detail
         self.facts = facts
 
     def __repr__(self) -> str:
-        return f"SessionError({self.code.value!r}, {self.detail!r}, {self.facts!r})"
+        return f"{type(self).__name__}({self.code.value!r}, {self.detail!r}, {self.facts!r})"
 
 
-class EventRejected(Exception):
+class DomainError(ForklogError):
+    """Base of the domain's refusals."""
+
+
+class SessionError(DomainError):
+    """A session operation refused by the rules (not found, already exists, not live, a bad seed or event...)."""
+
+    def __init__(self, code: ErrorCode, detail: str, **facts: Any) -> None:
+        super().__init__(detail, code=code, **facts)
+
+
+class SessionForkError(SessionError):
+    """The RFC's fork-helper error: a snapshot or fork refused, with the RFC's codes (NOT_AT_TURN_BOUNDARY,
+    SESSION_NOT_FOUND, SESSION_NOT_LIVE, SESSION_ALREADY_EXISTS) and forklog's INVALID_BOUNDARY and SEQ_CONFLICT."""
+
+
+class InvalidId(DomainError):
+    """An id (the path's, ``sessionId``, ``?parent=``...) that breaks the id rule of spec 2.1."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__(detail, field=field, reason="not a valid session id")
+
+
+class EventRejected(DomainError):
     """One event breaks a rule; the caller turns it into INVALID_EVENT or INVALID_SEED with the index."""
 
+    code = ErrorCode.INVALID_EVENT
+
     def __init__(self, index: int, reason: str) -> None:
-        super().__init__(f"event at index {index}: {reason}")
+        super().__init__(f"event at index {index}: {reason}", index=index, reason=reason)
         self.index = index
         self.reason = reason

@@ -24,6 +24,8 @@ from app.domain.jsonvalue import (
     strict_equal,
 )
 
+__all__ = ["ENVELOPE_KEYS", "MAX_TYPE_LENGTH", "STORAGE_TAGS", "SURFACE_TYPES", "EventLookup", "LogState", "admit"]
+
 SURFACE_TYPES = frozenset({"user/message", "assistant/message", "tool/result"})
 STORAGE_TAGS = frozenset({"session", "text-chunks", "reasoning-chunks", "tool-call-chunks"})
 ENVELOPE_KEYS = frozenset({"type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable"})

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-# (seq, start, end) of one surface event; start and end are -1 for an append.
-SurfaceOp = tuple[int, int, int]
+__all__ = ["SurfaceChange", "fold_surface", "project_message"]
+
+# What one surface event did, as (seq, start, end); start and end are -1 for an append.
+SurfaceChange = tuple[int, int, int]
 
 
-def fold_surface(ops: list[SurfaceOp]) -> list[int]:
+def fold_surface(ops: list[SurfaceChange]) -> list[int]:
     """The current surface nodes (seqs in model order) after applying ``ops`` in order.
 
     The ops were validated when their events were stored, so every replace names current nodes.

@@ -19,10 +19,33 @@ from typing import Any
 
 import orjson
 
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_SAFE_INTEGER",
+    "UNDEFINED",
+    "Break",
+    "JsTypeError",
+    "JsonPath",
+    "JsonSyntaxError",
+    "JsonTooDeep",
+    "dumps",
+    "is_event_seq",
+    "is_marker",
+    "is_number",
+    "is_safe_integer",
+    "js_get",
+    "js_str",
+    "json_equal",
+    "loads",
+    "nests_too_deep",
+    "strict_equal",
+]
+
 MAX_SAFE_INTEGER = 2**53 - 1
 MAX_DEPTH = 1000
 
-Path = tuple[str | int, ...]
+# Where a value sits in a document: object keys and array indexes from the root.
+JsonPath = tuple[str | int, ...]
 
 
 class JsonSyntaxError(ValueError):
@@ -37,7 +60,7 @@ class JsonTooDeep(ValueError):
 class Break:
     """A value that JSON cannot carry losslessly, found at ``path``."""
 
-    path: Path
+    path: JsonPath
     reason: str
 
 
@@ -65,7 +88,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 
 
-def _too_deep(data: bytes) -> bool:
+def nests_too_deep(data: bytes) -> bool:
+    """Arrays and objects in ``data`` nest deeper than MAX_DEPTH (strings are not counted)."""
     if data.count(b"[") + data.count(b"{") <= MAX_DEPTH:
         return False
     brackets = _NOT_BRACKET.sub(b"", _STRING.sub(b"", data))
@@ -181,9 +205,9 @@ def dumps(value: Any) -> bytes:
         raise TypeError(str(exc)) from None
 
 
-def _walk_breaks(value: Any, path: Path) -> Iterator[Break]:
+def _walk_breaks(value: Any, path: JsonPath) -> Iterator[Break]:
     """Every break under ``value`` in document order (markers and unpaired surrogates)."""
-    stack: list[tuple[Any, Path]] = [(value, path)]
+    stack: list[tuple[Any, JsonPath]] = [(value, path)]
     while stack:
         current, where = stack.pop()
         if isinstance(current, _Marker):
@@ -192,7 +216,7 @@ def _walk_breaks(value: Any, path: Path) -> Iterator[Break]:
             if _SURROGATE.search(current):
                 yield Break(where, "a string holds an unpaired UTF-16 surrogate")
         elif isinstance(current, dict):
-            children: list[tuple[Any, Path]] = []
+            children: list[tuple[Any, JsonPath]] = []
             for key, item in current.items():
                 if _SURROGATE.search(key):
                     yield Break((*where, key), "an object key holds an unpaired UTF-16 surrogate")
@@ -213,7 +237,7 @@ def loads(data: bytes | str) -> tuple[Any, list[Break]]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise JsonSyntaxError(f"the body is not UTF-8: {exc.reason} at byte {exc.start}") from None
-    if _too_deep(raw):
+    if nests_too_deep(raw):
         raise JsonTooDeep(f"JSON nests deeper than {MAX_DEPTH} levels")
     _ensure_recursion_room()
     try:
@@ -235,35 +259,8 @@ def loads(data: bytes | str) -> tuple[Any, list[Break]]:
     return value, []
 
 
-# What a canonical line may hold that orjson would read lossily yet write back unchanged: -0.0, an integer past
-# 2**53 (or a float written with 16+ digits), a number with an exponent. Digits are folded to "0" first so that
-# plain substring searches find them.
-_FOLD_DIGITS = bytes.maketrans(b"123456789E", b"000000000e")
-
-
-def may_round_trip_lossily(line: bytes) -> bool:
-    folded = line.translate(_FOLD_DIGITS)
-    return b"0000000000000000" in folded or b"0e" in folded or b"-0.0" in line
-
-
-def loads_stored(line: bytes) -> tuple[Any, list[Break]]:
-    """:func:`loads` for a stored line: fast when the line is canonical (as forklog writes it), exact always.
-
-    orjson parses; if writing the value back gives the very same bytes, nothing was folded (no duplicate key,
-    no ``-0``), and the few lossy cases that survive a round trip are ruled out by a scan. Anything else takes
-    the exact path.
-    """
-    if _too_deep(line) or may_round_trip_lossily(line):
-        return loads(line)
-    try:
-        value = orjson.loads(line)
-        canonical = orjson.dumps(value) == line
-    except (orjson.JSONDecodeError, orjson.JSONEncodeError):  # not JSON, or deeper than orjson writes
-        return loads(line)
-    return (value, []) if canonical else loads(line)
-
-
 def is_marker(value: Any) -> bool:
+    """The stand-in :func:`loads` leaves where it found a break."""
     return isinstance(value, _Marker)
 
 

@@ -14,14 +14,26 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
-from app.domain.errors import EventRejected
+from app.domain.errors import ErrorCode, EventRejected, SessionError
 from app.domain.events import LogState, admit
-from app.domain.history import SurfaceOp, fold_surface, project_message
+from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.jsonvalue import dumps
+
+__all__ = [
+    "Checkpoint",
+    "LogParts",
+    "LogTip",
+    "SessionLog",
+    "StagedEvents",
+    "chain",
+    "encode_event",
+    "seed_log",
+    "stage",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,14 +47,17 @@ class Checkpoint:
 
 @dataclass(slots=True)
 class StagedEvents:
-    """A validated batch not yet part of the log: commit it once its bytes are durable, or drop it."""
+    """A validated batch not yet part of the log: commit it once its bytes are durable, or drop it.
+
+    ``ends[i]`` is the offset just past event ``i``'s newline within ``lines``.
+    """
 
     base_count: int
     state: LogState
     events: list[dict[str, Any]]
     lines: bytes
     ends: array[int]
-    surface_ops: list[SurfaceOp] = field(default_factory=list)
+    surface_ops: list[SurfaceChange] = field(default_factory=list)
     turn_ends: list[int] = field(default_factory=list)
     checkpoints: dict[int, Checkpoint] = field(default_factory=dict)
 
@@ -54,12 +69,13 @@ def chain(first: StagedEvents, second: StagedEvents) -> StagedEvents:
     """One batch of ``first`` then ``second`` (staged ``after=first``): committed, and written, at once."""
     if second.base_count != first.base_count + len(first.events):
         raise ValueError("the second batch was not staged after the first")
+    shift = len(first.lines)
     return StagedEvents(
         base_count=first.base_count,
         state=second.state,
         events=first.events + second.events,
         lines=first.lines + second.lines,
-        ends=first.ends + second.ends,
+        ends=first.ends + array("q", (end + shift for end in second.ends)),
         surface_ops=first.surface_ops + second.surface_ops,
         turn_ends=first.turn_ends + second.turn_ends,
         checkpoints={**first.checkpoints, **second.checkpoints},
@@ -76,7 +92,7 @@ class SessionLog:
     def __init__(self) -> None:
         self._body = bytearray()
         self._ends: array[int] = array("q")
-        self._surface_ops: list[SurfaceOp] = []
+        self._surface_ops: list[SurfaceChange] = []
         self._turn_ends: array[int] = array("q")
         self._checkpoints: dict[int, Checkpoint] = {}
         self.state = LogState()
@@ -159,63 +175,15 @@ class SessionLog:
         breaks: dict[int, str] | None = None,
         after: StagedEvents | None = None,
     ) -> StagedEvents:
-        """Validate ``raws`` as the next events, as one sequence; raise :class:`EventRejected` at the first bad one.
-
-        Nothing changes until :meth:`commit`: the log stays readable, as it was, while the batch is made durable.
-        ``after``, a batch staged but not committed yet, puts these events after it (see :func:`chain`).
-        """
-        committed = len(self)
-        state = (after.state if after is not None else self.state).staged()
-        base = after.base_count + len(after.events) if after is not None else committed
-        staged = StagedEvents(base_count=base, state=state, events=[], lines=b"", ends=array("q"))
-
-        def event_at(seq: int) -> dict[str, Any]:
-            if seq < committed:
-                return self.event(seq)
-            if seq < base:
-                assert after is not None
-                return after.events[seq - after.base_count]
-            return staged.events[seq - base]
-
-        chunks: list[bytes] = []
-        offset = after.ends[-1] if after is not None and after.ends else len(self._body)
-        for index, raw in enumerate(raws):
-            event = admit(
-                state,
-                raw,
-                index,
-                appended=appended,
-                now=now,
-                event_at=event_at,
-                lossless_break=breaks.get(index) if breaks else None,
-            )
-            try:
-                line = encode_event(event) + b"\n"
-            except TypeError as exc:  # e.g. a string orjson cannot encode; never stored
-                raise EventRejected(index, f"the event cannot be stored losslessly: {exc}") from None
-            chunks.append(line)
-            offset += len(line)
-            staged.ends.append(offset)
-            staged.events.append(event)
-            seq = event["seq"]
-            kind = event["type"]
-            if "surfaceOp" in event:
-                op = event["surfaceOp"]
-                if isinstance(op, dict):
-                    staged.surface_ops.append((seq, int(op["start"]), int(op["end"])))
-                else:
-                    staged.surface_ops.append((seq, -1, -1))
-            if kind == "turn/end":
-                staged.turn_ends.append(seq)
-                staged.checkpoints[seq] = Checkpoint(state.next_turn, state.next_step, frozenset(state.pending))
-        staged.lines = b"".join(chunks)
-        return staged
+        """:func:`stage` after this log's last event."""
+        return stage(self, raws, appended=appended, now=now, breaks=breaks, after=after)
 
     def commit(self, staged: StagedEvents) -> None:
         if staged.base_count != len(self):
             raise RuntimeError("a staged batch was committed onto a log that changed since it was staged")
+        offset = len(self._body)
         self._body += staged.lines
-        self._ends.extend(staged.ends)
+        self._ends.extend(end + offset for end in staged.ends)
         self._surface_ops.extend(staged.surface_ops)
         self._turn_ends.extend(staged.turn_ends)
         self._checkpoints.update(staged.checkpoints)
@@ -253,58 +221,127 @@ class SessionLog:
         )
         return child
 
-    # -- resuming from a checked prefix ----------------------------------------------------------------------------
+    # -- the parts a checked log is made of (a backend's index stores them) ----------------------------------------
 
-    def export(self) -> tuple[dict[str, Any], bytes]:
-        """Everything but the body needed to resume this log without checking its events again: a JSON-ready
-        description and the line offsets as bytes. :meth:`resume` takes them back with the same body."""
-        state = self.state
-        description = {
-            "count": state.count,
-            "lastTime": state.last_time,
-            "lastType": state.last_type,
-            "lastTurnEndSeq": state.last_turn_end_seq,
-            "openTurn": state.open_turn,
-            "openStep": state.open_step,
-            "nextTurn": state.next_turn,
-            "nextStep": state.next_step,
-            "pending": sorted(state.pending),
-            "nodes": state.nodes,
-            "surfaceOps": self._surface_ops,
-            "checkpoints": [
-                [seq, point.next_turn, point.next_step, sorted(point.pending)]
-                for seq, point in self._checkpoints.items()
-            ],
-            "bodyBytes": len(self._body),
-        }
-        return description, self._ends.tobytes()
+    def parts(self) -> LogParts:
+        """Everything but the events' bytes that makes this log (for an index: see :meth:`from_parts`)."""
+        return LogParts(
+            state=self.state,
+            ends=self._ends,
+            surface_changes=self._surface_ops,
+            checkpoints=self._checkpoints,
+        )
 
     @classmethod
-    def resume(cls, body: bytearray, description: dict[str, Any], ends: bytes) -> SessionLog:
-        """The log :meth:`export` described, over ``body`` (the same bytes); ValueError if they do not fit."""
+    def from_parts(cls, body: bytearray, parts: LogParts) -> SessionLog:
+        """The log whose events are ``body`` and whose rules stood as ``parts`` says; ValueError if they do not fit."""
+        count = parts.state.count
+        if len(parts.ends) != count or (count and parts.ends[-1] != len(body)) or (not count and body):
+            raise ValueError("the parts do not fit the body")
         log = cls()
         log._body = body
-        log._ends = array("q")
-        log._ends.frombytes(ends)
-        count = description["count"]
-        if len(log._ends) != count or description["bodyBytes"] != len(body) or (count and log._ends[-1] != len(body)):
-            raise ValueError("the description does not fit the body")
-        log._surface_ops = [(int(seq), int(start), int(end)) for seq, start, end in description["surfaceOps"]]
-        log._checkpoints = {
-            int(seq): Checkpoint(next_turn, next_step, frozenset(pending))
-            for seq, next_turn, next_step, pending in description["checkpoints"]
-        }
+        log._ends = parts.ends
+        log._surface_ops = list(parts.surface_changes)
+        log._checkpoints = dict(parts.checkpoints)
         log._turn_ends = array("q", sorted(log._checkpoints))
-        log.state = LogState(
-            count=count,
-            last_time=description["lastTime"],
-            last_type=description["lastType"],
-            last_turn_end_seq=description["lastTurnEndSeq"],
-            open_turn=description["openTurn"],
-            open_step=description["openStep"],
-            next_turn=description["nextTurn"],
-            next_step=description["nextStep"],
-            pending=set(description["pending"]),
-            nodes=[int(seq) for seq in description["nodes"]],
-        )
+        log.state = parts.state
         return log
+
+
+@dataclass(frozen=True, slots=True)
+class LogParts:
+    """A log apart from its bytes: the rules' state at its end, line ends, surface changes, turn/end checkpoints."""
+
+    state: LogState
+    ends: array[int]
+    surface_changes: Sequence[SurfaceChange]
+    checkpoints: dict[int, Checkpoint]
+
+
+class LogTip(Protocol):
+    """What staging needs of a log: the rules' state after its last event, and its events by seq."""
+
+    @property
+    def state(self) -> LogState: ...
+
+    def event(self, seq: int) -> dict[str, Any]: ...
+
+
+def stage(
+    tip: LogTip,
+    raws: Sequence[Any],
+    *,
+    appended: bool,
+    now: int,
+    breaks: dict[int, str] | None = None,
+    after: StagedEvents | None = None,
+) -> StagedEvents:
+    """Validate ``raws`` as the next events of the log behind ``tip``, as one sequence; raise
+    :class:`EventRejected` at the first bad one.
+
+    Nothing changes: the log stays readable, as it was, while the batch is made durable, and it is committed
+    afterwards. ``after``, a batch staged but not committed yet, puts these events after it (see :func:`chain`).
+    """
+    committed = tip.state.count
+    state = (after.state if after is not None else tip.state).staged()
+    base = after.base_count + len(after.events) if after is not None else committed
+    staged = StagedEvents(base_count=base, state=state, events=[], lines=b"", ends=array("q"))
+
+    def event_at(seq: int) -> dict[str, Any]:
+        if seq < committed:
+            return tip.event(seq)
+        if seq < base:
+            assert after is not None
+            return after.events[seq - after.base_count]
+        return staged.events[seq - base]
+
+    chunks: list[bytes] = []
+    offset = 0
+    for index, raw in enumerate(raws):
+        event = admit(
+            state,
+            raw,
+            index,
+            appended=appended,
+            now=now,
+            event_at=event_at,
+            lossless_break=breaks.get(index) if breaks else None,
+        )
+        try:
+            line = encode_event(event) + b"\n"
+        except TypeError as exc:  # e.g. a string orjson cannot encode; never stored
+            raise EventRejected(index, f"the event cannot be stored losslessly: {exc}") from None
+        chunks.append(line)
+        offset += len(line)
+        staged.ends.append(offset)
+        staged.events.append(event)
+        seq = event["seq"]
+        kind = event["type"]
+        if "surfaceOp" in event:
+            op = event["surfaceOp"]
+            if isinstance(op, dict):
+                staged.surface_ops.append((seq, int(op["start"]), int(op["end"])))
+            else:
+                staged.surface_ops.append((seq, -1, -1))
+        if kind == "turn/end":
+            staged.turn_ends.append(seq)
+            staged.checkpoints[seq] = Checkpoint(state.next_turn, state.next_step, frozenset(state.pending))
+    staged.lines = b"".join(chunks)
+    return staged
+
+
+def seed_log(seed: Sequence[Any] | None, *, now: int, breaks: dict[int, str] | None = None) -> SessionLog:
+    """A new log holding ``seed``, every event checked; INVALID_SEED names the lowest bad index. Pure: safe to run
+    in a worker thread."""
+    log = SessionLog()
+    if seed:
+        try:
+            log.commit(log.stage(seed, appended=False, now=now, breaks=breaks))
+        except EventRejected as rejected:
+            raise SessionError(
+                ErrorCode.INVALID_SEED,
+                f"seed event at index {rejected.index} is invalid: {rejected.reason}",
+                index=rejected.index,
+                reason=rejected.reason,
+            ) from None
+    return log

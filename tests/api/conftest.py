@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from app.api.app import create_app
 from app.api.settings import Settings
-from app.persistence.durable import Journal
+from app.backends.base import Backend
 from tests.api.helpers import wait_ready
 
 AppFactory = Callable[..., FastAPI]
@@ -29,10 +29,10 @@ def data_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def make_app(data_dir: Path) -> AppFactory:
-    """``make_app(journal=None, **settings)``: an app on ``data_dir`` (or on ``journal``), fsync off."""
+    """``make_app(backend=None, **settings)``: an app on ``data_dir`` (or on ``backend``), fsync off."""
 
-    def make(*, journal: Journal | None = None, **settings: Any) -> FastAPI:
-        return create_app(Settings(data_dir=data_dir, fsync=False, **settings), journal=journal)
+    def make(*, backend: Backend | None = None, **settings: Any) -> FastAPI:
+        return create_app(Settings(data_dir=data_dir, fsync=False, **settings), backend=backend)
 
     return make
 

@@ -5,6 +5,7 @@ Content types, sizes and lossless JSON are in test_content_types.py.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +14,9 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from app.persistence.durable import MemoryJournal
-from app.persistence.errors import StorageUnavailable
-from app.persistence.files import Recovery
+from app.backends.errors import StorageUnavailable
+from app.backends.memory import MemoryBackend
+from app.service.sessions import wall_clock_ms
 from tests.api.builders import as_seed, note, open_turn, turn, turn_end
 from tests.api.conftest import AppFactory, ClientFactory
 from tests.api.helpers import (
@@ -250,15 +251,15 @@ def test_unsupported_media_type(client: TestClient) -> None:
 # -- NOT_READY ------------------------------------------------------------------------------------------------------
 
 
-class SlowRecovery(MemoryJournal):
-    """Recovery that waits until the test releases it."""
+class SlowRecovery(MemoryBackend):
+    """A store whose opening (its recovery) waits until the test releases it."""
 
     def __init__(self) -> None:
+        super().__init__(clock=wall_clock_ms)
         self.release = threading.Event()
 
-    def recover(self) -> Recovery:
-        assert self.release.wait(timeout=30), "the test never released the recovery"
-        return Recovery()
+    async def open(self) -> None:
+        assert await asyncio.to_thread(self.release.wait, 30), "the test never released the recovery"
 
 
 @pytest.fixture
@@ -271,7 +272,7 @@ def slow_recovery() -> Iterator[SlowRecovery]:
 def test_not_ready_while_recovering(
     make_app: AppFactory, make_client: ClientFactory, slow_recovery: SlowRecovery
 ) -> None:
-    client = make_client(make_app(journal=slow_recovery), ready=False)
+    client = make_client(make_app(backend=slow_recovery), ready=False)
 
     for request in SESSION_ROUTES:
         assert_problem(_send(client, request), 503, "NOT_READY")
@@ -318,7 +319,7 @@ def test_a_malformed_request_is_refused_before_readiness(
     body: Any,
     field: str,
 ) -> None:
-    client = make_client(make_app(journal=slow_recovery), ready=False)
+    client = make_client(make_app(backend=slow_recovery), ready=False)
     content = body.encode() if isinstance(body, str) else None
     json_body = None if isinstance(body, str) else body
 
@@ -330,29 +331,33 @@ def test_a_malformed_request_is_refused_before_readiness(
 # -- STORAGE_UNAVAILABLE ----------------------------------------------------------------------------------------------
 
 
-class RefusingDisk(MemoryJournal):
-    """A disk that refuses every write while ``full`` is set."""
+class RefusingDisk(MemoryBackend):
+    """A store that refuses every change while ``full`` is set."""
 
     def __init__(self) -> None:
+        super().__init__(clock=wall_clock_ms)
         self.full = False
 
     def _check(self) -> None:
         if self.full:
             raise StorageUnavailable("the disk is full")
 
-    async def create(self, *args: Any) -> None:
+    async def create(self, *args: Any, **kwargs: Any) -> Any:
         self._check()
+        return await super().create(*args, **kwargs)
 
     async def append(self, *args: Any, **kwargs: Any) -> None:
         self._check()
+        await super().append(*args, **kwargs)
 
-    async def delete(self, *args: Any) -> None:
+    async def delete(self, *args: Any, **kwargs: Any) -> None:
         self._check()
+        await super().delete(*args, **kwargs)
 
 
 def test_storage_unavailable_acknowledges_nothing(make_app: AppFactory, make_client: ClientFactory) -> None:
     disk = RefusingDisk()
-    client = make_client(make_app(journal=disk))
+    client = make_client(make_app(backend=disk))
     create(client, id="s", seed=turn(1))
     before = events_of(client, "s")
     disk.full = True
@@ -444,15 +449,18 @@ def test_a_corrupt_source_comes_after_a_taken_child_id(make_client: ClientFactor
 # -- INTERNAL ---------------------------------------------------------------------------------------------------------
 
 
-class BrokenJournal(MemoryJournal):
-    """A journal with a bug: not an input the service refuses, an error it did not foresee."""
+class BrokenBackend(MemoryBackend):
+    """A store with a bug: not an input the service refuses, an error it did not foresee."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=wall_clock_ms)
 
     async def append(self, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError("secret internal detail")
 
 
 def test_internal_is_a_problem_that_tells_nothing_of_the_bug(make_app: AppFactory, make_client: ClientFactory) -> None:
-    client = make_client(make_app(journal=BrokenJournal()), raise_server_exceptions=False)
+    client = make_client(make_app(backend=BrokenBackend()), raise_server_exceptions=False)
     create(client, id="s")
 
     response = client.post("/sessions/s/events", json={"events": [note("a")]})

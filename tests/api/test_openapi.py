@@ -29,7 +29,10 @@ SPEC_CODES = {
     "STORAGE_UNAVAILABLE",
     "SESSION_CORRUPT",
     "INTERNAL",
+    "UNAUTHENTICATED",
     "FORBIDDEN",
+    "IDEMPOTENCY_KEY_IN_PROGRESS",
+    "IDEMPOTENCY_KEY_REUSED",
     # forklog's names for the 408 and 431 answers of spec 9 (the spec gives no code): see the README
     "REQUEST_TIMEOUT",
     "HEADERS_TOO_LARGE",

@@ -297,3 +297,15 @@ def test_list_refuses_a_cursor_it_did_not_issue(client: TestClient, cursor: str)
 
 def test_list_refuses_a_malformed_parent(client: TestClient) -> None:
     assert_invalid_request(client.get("/sessions", params={"parent": "../x"}), "parent")
+
+
+def test_an_unknown_meta_key_is_a_request_error_before_everything_else(client: TestClient) -> None:
+    create(client, id="s")
+    body = {"id": "s", "seed": [{"type": "turn/end", "data": {"turn": 1}}], "meta": {"color": "red", "cwd": 5}}
+    problem = assert_problem(client.post("/sessions", json=body), 422, "INVALID_REQUEST")
+    assert problem["errors"] == [{"field": "meta.color", "reason": "unknown member"}]
+    problem = assert_problem(
+        client.post("/sessions", json={"id": "t", "meta": {"zeta": 1, "alpha": None}}), 422, "INVALID_REQUEST"
+    )
+    assert [item["field"] for item in problem["errors"]] == ["meta.alpha", "meta.zeta"]
+    assert client.get("/sessions/t").status_code == 404

@@ -1,4 +1,5 @@
-"""Small factories for valid DSH events and turns, and one-call helpers around the store's prepare/commit pairs.
+"""Small factories for valid DSH events and turns, and one-call helpers around the store (the service over an
+in-memory backend, :class:`~tests.service.harness.StoreHarness`).
 
 Every builder returns a fresh ``dict`` shaped as a client would send it: ``{type, data, ...}`` without ``seq`` or
 ``time`` (use :func:`numbered` to give a seed explicit ones).
@@ -10,10 +11,9 @@ import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import pytest
-
-from app.domain.errors import ErrorCode, SessionError
-from app.domain.store import Session, SessionStore, Snapshot
+from app.backends.catalog import LiveSession
+from app.domain.errors import ErrorCode, ForklogError
+from tests.service.harness import StoreHarness, TakenSnapshot, refused
 
 PROVIDER = "deepseek"
 MODEL = "deepseek-chat"
@@ -36,8 +36,8 @@ class Clock:
         return self.now
 
 
-def make_store(clock: Clock | None = None) -> SessionStore:
-    return SessionStore(clock=clock or Clock())
+def make_store(clock: Clock | None = None) -> StoreHarness:
+    return StoreHarness(clock or Clock())
 
 
 # -- events --------------------------------------------------------------------------------------------------------
@@ -229,60 +229,50 @@ def numbered(events: Iterable[dict[str, Any]], *, start_time: int = T0, start_se
 
 
 def create(
-    store: SessionStore,
+    store: StoreHarness,
     session_id: str | None = None,
     seed: Sequence[Any] | None = None,
     meta: dict[str, Any] | None = None,
     **kwargs: Any,
-) -> Session:
-    return store.commit_create(store.prepare_create(session_id, seed, meta, **kwargs))
+) -> LiveSession:
+    return store.create(session_id, seed, meta, **kwargs)
 
 
-def append(store: SessionStore, session_id: str, events: Sequence[Any], **kwargs: Any) -> list[dict[str, Any]]:
-    pending = store.prepare_append(session_id, events, **kwargs)
-    store.commit_append(pending)
-    return pending.staged.events
+def append(store: StoreHarness, session_id: str, events: Sequence[Any], **kwargs: Any) -> list[dict[str, Any]]:
+    return store.append(session_id, events, **kwargs)
 
 
-def fork(store: SessionStore, session_id: str, **kwargs: Any) -> Session:
-    return store.commit_create(store.prepare_fork(session_id, **kwargs))
+def fork(store: StoreHarness, session_id: str, **kwargs: Any) -> LiveSession:
+    return store.fork(session_id, **kwargs)
 
 
-def snapshot(store: SessionStore, session_id: str, **kwargs: Any) -> Snapshot:
+def snapshot(store: StoreHarness, session_id: str, **kwargs: Any) -> TakenSnapshot:
     return store.snapshot(session_id, **kwargs)
 
 
-def events_of(store: SessionStore, session_id: str) -> list[dict[str, Any]]:
+def events_of(store: StoreHarness, session_id: str) -> list[dict[str, Any]]:
     return store.get(session_id).log.events()
 
 
-def history_of(store: SessionStore, session_id: str, at_seq: int | None = None) -> list[Any]:
+def history_of(store: StoreHarness, session_id: str, at_seq: int | None = None) -> list[Any]:
     return store.history(session_id, at_seq)[0]
 
 
-def refused(code: ErrorCode, call: Any, *args: Any, **kwargs: Any) -> SessionError:
-    """Run ``call`` and return the SessionError it raised, which must carry ``code``."""
-    with pytest.raises(SessionError) as caught:
-        call(*args, **kwargs)
-    assert caught.value.code == code, repr(caught.value)
-    return caught.value
-
-
-def seed_refused(events: Sequence[Any], **kwargs: Any) -> SessionError:
+def seed_refused(events: Sequence[Any], **kwargs: Any) -> ForklogError:
     """Create a session from ``events`` as a seed; it must be refused with INVALID_SEED."""
     store = make_store()
-    error = refused(ErrorCode.INVALID_SEED, store.prepare_create, "s", events, **kwargs)
+    error = refused(ErrorCode.INVALID_SEED, store.create, "s", events, **kwargs)
     assert "s" not in store
     return error
 
 
-def append_refused(prefix: Sequence[Any], events: Sequence[Any], **kwargs: Any) -> SessionError:
+def append_refused(prefix: Sequence[Any], events: Sequence[Any], **kwargs: Any) -> ForklogError:
     """Append ``prefix`` (must pass) and then ``events`` (must be refused with INVALID_EVENT, storing nothing)."""
     store = make_store()
     create(store, "s")
     if prefix:
         append(store, "s", prefix)
     before = store.get("s").log.lines()
-    error = refused(ErrorCode.INVALID_EVENT, store.prepare_append, "s", events, **kwargs)
+    error = refused(ErrorCode.INVALID_EVENT, store.append, "s", events, **kwargs)
     assert store.get("s").log.lines() == before
     return error

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from app.backends.files.codec import decode_line
 from app.domain.errors import ErrorCode, SessionError
-from app.persistence.codec import decode_line
 from tests.domain.builders import make_store
 
 LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "dsh-logs"
@@ -54,7 +54,7 @@ def test_forklog_agrees_with_dsh_on_its_log(dsh_logs_dir: Path, name: str) -> No
 
     if expected["verdict"] == "reject":
         with pytest.raises(SessionError) as caught:
-            store.prepare_create("src", events)
+            store.create("src", events)
         assert caught.value.code == ErrorCode.INVALID_SEED
         # DSH checks shapes before relations, so its index is never lower than the lowest bad one forklog names
         dsh_index = re.search(r"at index (\d+)", expected["reason"])
@@ -63,22 +63,22 @@ def test_forklog_agrees_with_dsh_on_its_log(dsh_logs_dir: Path, name: str) -> No
         return
 
     assert expected["verdict"] == "accept"
-    source = store.commit_create(store.prepare_create("src", events))
+    source = store.create("src", events)
     stored = source.log.events()
     assert stored == events  # the seed is kept exactly, seq and time included
     assert store.history("src") == (expected["history"], expected["eventCount"])
     turn_ends = [item["seq"] for item in stored if item["type"] == "turn/end"]
     assert turn_ends == expected["turnEndSeqs"]
-    assert source.view().last_turn_end_seq == (turn_ends[-1] if turn_ends else None)
+    assert source.view().head.last_turn_end_seq == (turn_ends[-1] if turn_ends else None)
 
     before = (source.log.lines(), source.log.history(), source.view())
     for seq in expected["turnEndSeqs"]:
-        child = store.commit_create(store.prepare_fork("src", at_seq=seq))
+        child = store.fork("src", at_seq=seq)
         at_boundary, count = store.history("src", seq)
         assert count == len(events)
         assert store.history(child.id) == (at_boundary, seq + 1)
         assert child.log.events() == events[: seq + 1]
         assert child.header.seed_length == seq + 1
         # the history of the log up to that seq, derived on its own: a session seeded with just that prefix
-        assert at_boundary == make_store().prepare_create("p", events[: seq + 1]).session.log.history()
+        assert at_boundary == make_store().create("p", events[: seq + 1]).log.history()
     assert (source.log.lines(), source.log.history(), source.view()) == before

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from app.backends.catalog import LiveSession as Session
 from app.domain.errors import ErrorCode, SessionError
 from app.domain.jsonvalue import loads
-from app.domain.store import Session
 from tests.domain.builders import (
     T0,
     Clock,
@@ -73,9 +73,9 @@ def rejected_at(
         create(store, "s")
     with pytest.raises(SessionError) as caught:
         if mode == "seed":
-            store.prepare_create("s", events, seed_breaks=breaks)
+            store.create("s", events, seed_breaks=breaks)
         else:
-            store.prepare_append("s", events, breaks=breaks)
+            store.append("s", events, breaks=breaks)
     error = caught.value
     assert error.code == (ErrorCode.INVALID_SEED if mode == "seed" else ErrorCode.INVALID_EVENT), repr(error)
     assert error.facts["index"] == index, repr(error)
@@ -167,7 +167,7 @@ def test_an_appended_event_must_not_carry_seq_or_time(key: str) -> None:
 
 def store_refusal(store: Any, events: list[Any]) -> SessionError:
     with pytest.raises(SessionError) as caught:
-        store.prepare_append("s", events)
+        store.append("s", events)
     assert caught.value.code == ErrorCode.INVALID_EVENT
     return caught.value
 
@@ -681,7 +681,7 @@ def test_every_turn_end_reason_kind_is_accepted_and_round_trips(mode: str, reaso
     # facts 9.2: "round-trips an aborted turn with its cancellation cause", "... a max-tokens turn/end reason"
     session = submit(mode, [turn_start(1), event("turn/end", {"turn": 1, "reason": reason})])
     assert stored(session)[1]["data"] == {"turn": 1, "reason": reason}
-    assert session.view().open_turn is None
+    assert session.view().head.open_turn is None
 
 
 # -- numbers as JSON values ----------------------------------------------------------------------------------------
@@ -702,8 +702,8 @@ def test_one_and_one_point_zero_are_the_same_number(mode: str) -> None:
         turn_end(2.0),
     ]
     session = submit(mode, events)
-    assert session.view().open_turn is None
-    assert session.view().last_turn_end_seq == 10
+    assert session.view().head.open_turn is None
+    assert session.view().head.last_turn_end_seq == 10
 
 
 @pytest.mark.parametrize("other", ["1", True, [1], {"n": 1}, None])
@@ -715,8 +715,8 @@ def test_one_differs_from_a_string_a_boolean_or_a_container(mode: str, other: An
 
 def test_open_turn_is_reported_as_an_integer() -> None:
     session = submit("seed", [turn_start(1.0)])
-    assert session.view().open_turn == 1
-    assert type(session.view().open_turn) is int
+    assert session.view().head.open_turn == 1
+    assert type(session.view().head.open_turn) is int
 
 
 # -- surface metadata ----------------------------------------------------------------------------------------------
@@ -1012,21 +1012,21 @@ def test_a_seed_may_end_inside_an_open_turn_which_stays_open() -> None:
     # facts 3.1: after [turn/start(1)] is seeded the turn stays open: turn/start(2) fails, turn/end(1) succeeds
     store = make_store()
     create(store, "s", [turn_start(1)])
-    view = store.get("s").view()
-    assert (view.event_count, view.open_turn, view.last_event_type) == (1, 1, "turn/start")
+    head = store.get("s").view().head
+    assert (head.count, head.open_turn, head.last_type) == (1, 1, "turn/start")
     with pytest.raises(SessionError) as caught:
-        store.prepare_append("s", [turn_start(2)])
+        store.append("s", [turn_start(2)])
     assert caught.value.facts["index"] == 0
     append(store, "s", [turn_end(1)])
-    assert store.get("s").view().open_turn is None
+    assert store.get("s").view().head.open_turn is None
 
 
 def test_a_seed_may_end_inside_an_open_step_with_pending_calls() -> None:
     store = make_store()
     create(store, "s", [*IN_STEP, tool_call(1, 1, "c1")])
-    assert store.get("s").view().event_count == 3  # nothing added: no closers, no end-seed marker
+    assert store.get("s").view().head.count == 3  # nothing added: no closers, no end-seed marker
     with pytest.raises(SessionError):
-        store.prepare_append("s", [tool_result(1, 1, "c2")])
+        store.append("s", [tool_result(1, 1, "c2")])
     append(store, "s", [tool_result(1, 1, "c1"), step_end(1, 1), turn_end(1)])
 
 
@@ -1100,10 +1100,10 @@ def test_an_append_refusal_stores_nothing_of_the_batch() -> None:
     create(store, "s", simple_turn(1))
     before = store.get("s").log.events()
     with pytest.raises(SessionError) as caught:
-        store.prepare_append("s", [turn_start(2), step_start(2, 1), user_message(), step_start(2, 2)])
+        store.append("s", [turn_start(2), step_start(2, 1), user_message(), step_start(2, 2)])
     assert caught.value.facts["index"] == 3
     assert store.get("s").log.events() == before
-    assert store.get("s").view().open_turn is None
+    assert store.get("s").view().head.open_turn is None
     # the next valid append continues right after the stored events
     assert append(store, "s", [turn_start(2)])[0]["seq"] == len(before)
 
@@ -1115,7 +1115,7 @@ def test_an_append_batch_is_validated_as_one_sequence() -> None:
     stored_events = append(store, "s", [tool_call(1, 1, "c1"), tool_result(1, 1, "c1"), step_end(1, 1)])
     assert [item["seq"] for item in stored_events] == [2, 3, 4]
     with pytest.raises(SessionError) as caught:
-        store.prepare_append("s", [turn_end(1), turn_end(1)])
+        store.append("s", [turn_end(1), turn_end(1)])
     assert caught.value.facts["index"] == 1
 
 

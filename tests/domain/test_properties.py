@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.api.wire import session_json
 from app.domain.errors import ErrorCode, SessionError
-from app.domain.store import SessionStore
 from tests.domain.builders import (
     append,
     assistant_chunk,
@@ -33,6 +33,7 @@ from tests.domain.builders import (
     turn_start,
     user_message,
 )
+from tests.service.harness import StoreHarness
 
 FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -263,12 +264,12 @@ def corrupt(data_object: st.DataObject, item: dict[str, Any], how: str) -> dict[
     return bad
 
 
-def refusal(store: SessionStore, mode: str, events: list[dict[str, Any]]) -> SessionError:
+def refusal(store: StoreHarness, mode: str, events: list[dict[str, Any]]) -> SessionError:
     try:
         if mode == "seed":
-            store.prepare_create("bad", events)
+            store.create("bad", events)
         else:
-            store.prepare_append("target", events)
+            store.append("target", events)
     except SessionError as error:
         assert error.code == (ErrorCode.INVALID_SEED if mode == "seed" else ErrorCode.INVALID_EVENT)
         assert error.facts["reason"]
@@ -353,7 +354,7 @@ def test_a_fork_at_any_turn_end_is_the_source_at_that_seq_and_never_changes_it(d
     store = make_store()
     source = create(store, "src", copy.deepcopy(log.events))
     ends = log.turn_end_seqs()
-    boundaries: list[int | None] = [*ends, None] if source.view().forkable else list(ends)
+    boundaries: list[int | None] = [*ends, None] if source.view().head.forkable else list(ends)
     if not boundaries:
         return
     at_seq = data.draw(st.sampled_from(boundaries))
@@ -377,7 +378,7 @@ def test_a_fork_at_any_turn_end_is_the_source_at_that_seq_and_never_changes_it(d
 
     # and the source going on does not move the child
     child_state = (child.log.lines(), child.log.history(), child.view())
-    if source.view().open_turn is None:
+    if source.view().head.open_turn is None:
         source_next = sum(1 for item in log.events if item["type"] == "turn/start") + 1
         append(store, "src", [turn_start(source_next), user_message("src"), turn_end(source_next)])
     else:
@@ -392,14 +393,14 @@ def test_a_snapshot_created_equals_a_fork(data: st.DataObject) -> None:
     store = make_store()
     create(store, "src", copy.deepcopy(log.events), {"cwd": "/w", "delegationDepth": 4})
     at_seq = data.draw(st.sampled_from([None, *log.turn_end_seqs()]))
-    if at_seq is None and not store.get("src").view().forkable:
+    if at_seq is None and not store.get("src").view().head.forkable:
         return
     snap = store.snapshot("src", at_seq=at_seq)
     by_create = create(store, None, snap.seed.events(), snap.meta)
     by_fork = fork(store, "src", at_seq=at_seq)
     assert by_create.log.lines() == by_fork.log.lines()
     assert by_create.log.history() == by_fork.log.history()
-    a, b = by_create.view().to_json(), by_fork.view().to_json()
+    a, b = session_json(by_create.view()), session_json(by_fork.view())
     for key in ("id", "instance", "createdAt"):
         del a[key], b[key]
     assert a == b

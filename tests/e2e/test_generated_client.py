@@ -118,7 +118,7 @@ def test_create_append_fork_and_read_through_the_generated_client(gen: SimpleNam
             "gen", client=client, body=m.AppendRequest(events=turn, expected_seq=0)
         )
         assert appended.status_code == 201
-        assert isinstance(appended.parsed, m.AppendResult)
+        assert isinstance(appended.parsed, m.AppendResponse)
         assert [event.seq for event in appended.parsed.events] == list(range(7))
         replace = appended.parsed.events[5].surface_op
         assert isinstance(replace, m.ReplaceOp)

@@ -13,18 +13,18 @@ import contextlib
 import errno
 import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-import app.persistence.files as files_module
 from app.api.app import create_app
 from app.api.settings import Settings
-from app.persistence.durable import DurableStore
-from app.persistence.files import FileJournal
+from app.backends.files import FileBackend, FileOps
+from app.domain.session import DEFAULT_TENANT, SessionKey
+from app.service.sessions import wall_clock_ms
 from tests.events import user_message
 from tests.fuzz.support import (
     ServerProcess,
@@ -131,51 +131,52 @@ def test_a_full_disk_answers_503_keeps_everything_and_recovers(small_disk: Path,
 # -- in process: the writes fail for a while ---------------------------------------------------------------------------
 
 
-class FailingDisk:
-    """Makes writes to files under ``root`` fail (other file descriptors are left alone) while ``failing``."""
+class FailingDisk(FileOps):
+    """The file backend's OS seam, refusing writes (or syncs) to files under ``root`` while ``failing``."""
 
-    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, root: Path) -> None:
         self.root = str(root.resolve())
         self.failing = False
         self.error = errno.ENOSPC
         self.half_write_first = False
         self.sync_fails = False
         self.refused = 0
-        real_write, real_fdatasync, real_fsync = os.write, os.fdatasync, os.fsync
 
-        def ours(fd: int) -> bool:
-            with contextlib.suppress(OSError):
-                return os.readlink(f"/proc/self/fd/{fd}").startswith(self.root)
-            return False
+    def _ours(self, fd: int) -> bool:
+        with contextlib.suppress(OSError):
+            return os.readlink(f"/proc/self/fd/{fd}").startswith(self.root)
+        return False
 
-        def write(fd: int, data: Any) -> int:
-            if self.failing and not self.sync_fails and ours(fd):
-                if self.half_write_first and len(data) > 1:
-                    self.half_write_first = False
-                    return real_write(fd, memoryview(data)[: len(data) // 2])
-                self.refused += 1
-                raise OSError(self.error, os.strerror(self.error))
-            return real_write(fd, data)
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        if self.failing and not self.sync_fails and self._ours(fd):
+            if self.half_write_first and len(data) > 1:
+                self.half_write_first = False
+                return os.write(fd, memoryview(data)[: len(data) // 2])
+            self.refused += 1
+            raise OSError(self.error, os.strerror(self.error))
+        return os.write(fd, data)
 
-        def sync(real: Callable[[int], None]) -> Callable[[int], None]:
-            def synced(fd: int) -> None:
-                if self.failing and self.sync_fails and ours(fd):
-                    self.refused += 1
-                    raise OSError(errno.EIO, os.strerror(errno.EIO))
-                real(fd)
+    def _check_sync(self, fd: int) -> None:
+        if self.failing and self.sync_fails and self._ours(fd):
+            self.refused += 1
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-            return synced
+    def fdatasync(self, fd: int) -> None:
+        self._check_sync(fd)
+        os.fdatasync(fd)
 
-        # The journal calls os.write & co through its module's ``os``, which is the os module itself: the patch is
-        # process-wide, hence the filter on the data directory.
-        journal_os = vars(files_module)["os"]
-        monkeypatch.setattr(journal_os, "write", write)
-        monkeypatch.setattr(journal_os, "fdatasync", sync(real_fdatasync))
-        monkeypatch.setattr(journal_os, "fsync", sync(real_fsync))
+    def fsync(self, fd: int) -> None:
+        self._check_sync(fd)
+        os.fsync(fd)
+
+    def syncfs(self, fd: int) -> None:
+        self._check_sync(fd)
+        super().syncfs(fd)
 
 
 async def _in_process(data_dir: Path, disk: FailingDisk) -> None:
-    app = create_app(Settings(data_dir=data_dir, fsync=True))
+    backend = FileBackend(data_dir, clock=wall_clock_ms, ops=disk)
+    app = create_app(Settings(data_dir=data_dir, fsync=True), backend=backend)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
@@ -233,21 +234,24 @@ async def _in_process(data_dir: Path, disk: FailingDisk) -> None:
             assert (await client.get("/sessions/s/events")).json()["events"] == acked
 
 
-def test_writes_refused_for_a_while_answer_503_and_lose_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_writes_refused_for_a_while_answer_503_and_lose_nothing(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    disk = FailingDisk(data_dir, monkeypatch)
+    data_dir.mkdir()
+    disk = FailingDisk(data_dir)
     asyncio.run(_in_process(data_dir, disk))
 
     # Reopened from disk (as after a restart): every session whole, none corrupt.
-    monkeypatch.undo()
-    reopened = DurableStore(FileJournal(data_dir))
-    try:
-        asyncio.run(reopened.recover())
-        assert reopened.corrupt == []
-        assert sorted(session.id for session in reopened.store.page(limit=10)[0]) == ["child", "new", "s"]
-        assert len(reopened.get("s").log) == 3 * len(turn_events(1))
-        assert len(reopened.get("child").log) == 3 * len(turn_events(1))
-    finally:
-        reopened.close()
+    async def reopen() -> None:
+        reopened = FileBackend(data_dir, clock=wall_clock_ms)
+        try:
+            await reopened.open()
+            assert reopened.corrupt == []
+            listed = await reopened.page(DEFAULT_TENANT, parent=None, after=None, limit=10)
+            assert sorted(session.id for session in listed) == ["child", "new", "s"]
+            for session_id in ("s", "child"):
+                found = await reopened.find(SessionKey(DEFAULT_TENANT, session_id))
+                assert found is not None and found.head.count == 3 * len(turn_events(1))
+        finally:
+            await reopened.close()
+
+    asyncio.run(reopen())

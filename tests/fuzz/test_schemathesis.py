@@ -64,8 +64,9 @@ def problem_json_with_spec_code(ctx: schemathesis.CheckContext, response: schema
     assert isinstance(body, dict), "a problem is a JSON object"
     code = body.get("code")
     assert code in PROBLEMS, f"problem code {code!r} is not in the spec's table"
-    assert PROBLEMS[code][0] == response.status_code == body.get("status"), (
-        f"code {code} goes with {PROBLEMS[code][0]}, answered {response.status_code} (body status {body.get('status')})"
+    expected = PROBLEMS[code].status
+    assert expected == response.status_code == body.get("status"), (
+        f"code {code} goes with {expected}, answered {response.status_code} (body status {body.get('status')})"
     )
     for member in ("type", "title", "detail", "instance"):
         assert isinstance(body.get(member), str), f"problem member {member!r} missing"

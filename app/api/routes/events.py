@@ -1,0 +1,51 @@
+"""A session's log: append events, read them."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from app.api.openapi import operation
+from app.api.requests import APPEND, READ_QUERY
+from app.api.routing import PlainRoute, body_of, json_response, key_of, service_of
+from app.api.schemas import AppendResponse, EventsPage
+from app.api.wire import json_array, session_payload
+
+__all__ = ["router"]
+
+router = APIRouter(route_class=PlainRoute)
+
+
+@router.post(
+    "/sessions/{id}/events",
+    status_code=201,
+    summary="Append events (atomically: all are stored, or none)",
+    **operation(AppendResponse, body=APPEND, problems=(404, 409, 413, 415, 422, 503)),
+)
+async def append_events(request: Request) -> Response:
+    key = key_of(request)
+    body = await body_of(request, empty_is_object=False)
+    members = APPEND.parse(body)
+    appended = await service_of(request).append(
+        key,
+        members["events"],
+        expected_seq=members["expectedSeq"],
+        instance=members["instance"],
+        breaks=body.element_breaks("events"),
+    )
+    stored = json_array(appended.lines)
+    return json_response(b'{"events":' + stored + b',"session":' + session_payload(appended.session) + b"}", 201)
+
+
+@router.get(
+    "/sessions/{id}/events",
+    summary="Read the log",
+    **operation(EventsPage, query=READ_QUERY, problems=(404, 422, 503)),
+)
+async def read_events(request: Request) -> Response:
+    key = key_of(request)
+    query = READ_QUERY.parse(request.query_params)
+    start = query["from"]
+    lines, count = await service_of(request).read(key, start, query["limit"])
+    next_seq = start + lines.count(b"\n")
+    return json_response(b'{"events":' + json_array(lines) + b',"nextSeq":%d,"eventCount":%d}' % (next_seq, count))

@@ -1,0 +1,68 @@
+"""The RFC's snapshot and fork, at a turn boundary."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+
+from app.api.openapi import operation
+from app.api.requests import FORK, SNAPSHOT
+from app.api.routing import PlainRoute, body_of, json_response, key_of, service_of
+from app.api.schemas import SessionOut, SnapshotOut
+from app.api.wire import session_json, session_payload
+
+__all__ = ["router"]
+
+router = APIRouter(route_class=PlainRoute)
+
+_NEWLINES_TO_COMMAS = bytes.maketrans(b"\n", b",")
+
+
+@router.post(
+    "/sessions/{id}/snapshot",
+    summary="The seed and meta a fork would use, at a turn boundary",
+    **operation(SnapshotOut, body=SNAPSHOT, problems=(404, 409, 413, 415, 422, 503)),
+)
+async def snapshot_session(request: Request) -> Response:
+    key = key_of(request)
+    members = SNAPSHOT.parse(await body_of(request, empty_is_object=True))
+    snapshot = await service_of(request).snapshot(
+        key, at_seq=members["atSeq"], instance=members["instance"], expected_seq=members["expectedSeq"]
+    )
+
+    async def pieces() -> AsyncIterator[bytes]:
+        # The seed is sent a piece at a time: a large one is never built whole. Newline for comma is a byte for a
+        # byte, so the pieces can be cut anywhere; the last newline of the seed closes nothing.
+        yield b'{"source":' + orjson.dumps(session_json(snapshot.source)) + b',"seed":['
+        pending = b""
+        async for chunk in snapshot.seed:
+            if pending:
+                yield pending.translate(_NEWLINES_TO_COMMAS)
+            pending = chunk
+        if pending:
+            yield pending[:-1].translate(_NEWLINES_TO_COMMAS)
+        yield b'],"meta":' + orjson.dumps(snapshot.meta) + b"}"
+
+    return StreamingResponse(pieces(), media_type="application/json")
+
+
+@router.post(
+    "/sessions/{id}/fork",
+    status_code=201,
+    summary="Create a child session from this one's log, at a turn boundary",
+    **operation(SessionOut, body=FORK, problems=(404, 409, 413, 415, 422, 503), created=True),
+)
+async def fork_session(request: Request) -> Response:
+    key = key_of(request)
+    members = FORK.parse(await body_of(request, empty_is_object=True))
+    child = await service_of(request).fork(
+        key,
+        child_id=members["sessionId"],
+        at_seq=members["atSeq"],
+        instance=members["instance"],
+        expected_seq=members["expectedSeq"],
+    )
+    return json_response(session_payload(child), 201, {"Location": f"/sessions/{child.id}"})

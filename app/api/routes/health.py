@@ -1,0 +1,27 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from app.api.openapi import operation
+from app.api.routing import PlainRoute, json_response, service_of
+from app.api.schemas import Health, Ready
+
+__all__ = ["router"]
+
+router = APIRouter(route_class=PlainRoute)
+
+
+@router.get("/healthz", summary="Liveness: always ok while the process serves", **operation(Health))
+async def healthz(request: Request) -> Response:
+    return json_response(b'{"status":"ok"}')
+
+
+@router.get("/readyz", summary="Readiness", **operation(Ready, problems=(503,)))
+async def readyz(request: Request) -> Response:
+    readiness = await service_of(request).readiness()
+    corrupt = [{"id": item.id, "path": item.path, "reason": item.reason} for item in readiness.corrupt]
+    return json_response(orjson.dumps({"status": "ready", "sessions": readiness.sessions, "corrupt": corrupt}))

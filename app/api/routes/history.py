@@ -1,0 +1,28 @@
+"""A session's model history (spec 1.3)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from app.api.openapi import operation
+from app.api.requests import HISTORY_QUERY
+from app.api.routing import PlainRoute, json_response, key_of, service_of
+from app.api.schemas import History
+from app.domain.jsonvalue import dumps
+
+__all__ = ["router"]
+
+router = APIRouter(route_class=PlainRoute)
+
+
+@router.get(
+    "/sessions/{id}/history",
+    summary="The model history, now or at a turn/end",
+    **operation(History, query=HISTORY_QUERY, problems=(404, 422, 503)),
+)
+async def read_history(request: Request) -> Response:
+    key = key_of(request)
+    at_seq = HISTORY_QUERY.parse(request.query_params)["atSeq"]
+    messages, count = await service_of(request).history(key, at_seq)
+    return json_response(dumps({"messages": messages, "eventCount": count}))

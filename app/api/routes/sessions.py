@@ -1,0 +1,67 @@
+"""Sessions: create, list, read one, delete."""
+
+from __future__ import annotations
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from app.api.openapi import operation
+from app.api.requests import CREATE, LIST_QUERY
+from app.api.routing import PlainRoute, body_of, json_response, key_of, service_of, tenant_of
+from app.api.schemas import SessionOut, SessionPage
+from app.api.wire import decode_cursor, encode_cursor, session_json, session_payload
+
+__all__ = ["router"]
+
+router = APIRouter(route_class=PlainRoute)
+
+
+@router.post(
+    "/sessions",
+    status_code=201,
+    summary="Create a session, optionally from a seed (a snapshot's answer creates the fork's child)",
+    **operation(SessionOut, body=CREATE, problems=(409, 413, 415, 422, 503), created=True),
+)
+async def create_session(request: Request) -> Response:
+    body = await body_of(request, empty_is_object=True)
+    members = CREATE.parse(body)
+    session = await service_of(request).create(
+        tenant_of(request), members["id"], members["seed"], members["meta"], seed_breaks=body.element_breaks("seed")
+    )
+    return json_response(session_payload(session), 201, {"Location": f"/sessions/{session.id}"})
+
+
+@router.get(
+    "/sessions",
+    summary="List sessions in creation order",
+    **operation(SessionPage, query=LIST_QUERY, problems=(422, 503)),
+)
+async def list_sessions(request: Request) -> Response:
+    query = LIST_QUERY.parse(request.query_params)
+    # A malformed cursor is request syntax: refused before readiness (spec 2.3).
+    after = decode_cursor(query["cursor"]) if query["cursor"] is not None else None
+    sessions, last = await service_of(request).page(
+        tenant_of(request), parent=query["parent"], after=after, limit=query["limit"]
+    )
+    items = [session_json(session) for session in sessions]
+    return json_response(orjson.dumps({"items": items, "nextCursor": encode_cursor(last) if last else None}))
+
+
+@router.get("/sessions/{id}", summary="One session", **operation(SessionOut, problems=(404, 422, 503)))
+async def get_session(request: Request) -> Response:
+    key = key_of(request)
+    return json_response(session_payload(await service_of(request).get(key)))
+
+
+@router.delete(
+    "/sessions/{id}",
+    status_code=204,
+    response_class=Response,
+    summary="Delete a session and its log (its children keep theirs)",
+    **operation(None, problems=(404, 422, 503)),
+)
+async def delete_session(request: Request) -> Response:
+    key = key_of(request)
+    await service_of(request).delete(key)
+    return Response(status_code=204)

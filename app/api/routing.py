@@ -1,0 +1,62 @@
+"""How a route is called: every endpoint takes the request and returns a finished response.
+
+FastAPI's own route handler solves dependencies and serializes response models on every request; forklog's
+endpoints need neither (they parse with :mod:`app.api.requests` and write their own bytes), so :class:`PlainRoute`
+calls the endpoint directly. It is still an ``APIRoute``: the router matches it and the OpenAPI document describes
+it like any other, and errors reach the app's registered problem handlers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import Response
+from fastapi.routing import APIRoute
+
+from app.api.body import JsonBody, read_body
+from app.api.settings import Settings
+from app.domain.ids import check_id
+from app.domain.session import DEFAULT_TENANT, SessionKey
+from app.service.sessions import SessionService
+
+__all__ = ["PlainRoute", "body_of", "json_response", "key_of", "service_of", "settings_of", "tenant_of"]
+
+Endpoint = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+class PlainRoute(APIRoute):
+    def get_route_handler(self) -> Endpoint:
+        endpoint: Endpoint = self.endpoint
+        return endpoint
+
+
+def service_of(request: Request) -> SessionService:
+    service: SessionService = request.app.state.service
+    return service
+
+
+def settings_of(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def tenant_of(request: Request) -> str:
+    return DEFAULT_TENANT
+
+
+def key_of(request: Request) -> SessionKey:
+    """The session the path names; its id checked against the id rule before anything else is read."""
+    return SessionKey(tenant_of(request), check_id(request.path_params["id"]))
+
+
+async def body_of(request: Request, *, empty_is_object: bool) -> JsonBody:
+    settings = settings_of(request)
+    return await read_body(
+        request, limit=settings.max_body_bytes, empty_is_object=empty_is_object, read_timeout=settings.read_timeout
+    )
+
+
+def json_response(content: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(content, status_code=status, media_type="application/json", headers=headers)

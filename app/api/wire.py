@@ -1,0 +1,75 @@
+"""What goes over the wire: the Session resource, list cursors, and JSON arrays made from stored JSONL lines."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import orjson
+
+from app.api.problems import invalid_request
+from app.domain.session import HEADER_FIELDS, Session
+
+__all__ = [
+    "SESSION_MEMBERS",
+    "decode_cursor",
+    "encode_cursor",
+    "json_array",
+    "session_json",
+    "session_payload",
+]
+
+# The Session resource's members, in the order they are written (spec 3, "The Session resource").
+SESSION_MEMBERS: tuple[str, ...] = (
+    "id",
+    "instance",
+    "createdAt",
+    *(field.key for field in HEADER_FIELDS),
+    "eventCount",
+    "lastEventType",
+    "openTurn",
+    "lastTurnEndSeq",
+    "forkable",
+)
+
+
+def session_json(session: Session) -> dict[str, Any]:
+    """The Session resource: every member present, an absent header field as null."""
+    header, head = session.header, session.head
+    resource: dict[str, Any] = {"id": header.id, "instance": header.instance, "createdAt": header.created_at}
+    for field in HEADER_FIELDS:
+        resource[field.key] = getattr(header, field.attr)
+    resource["eventCount"] = head.count
+    resource["lastEventType"] = head.last_type
+    resource["openTurn"] = head.open_turn
+    resource["lastTurnEndSeq"] = head.last_turn_end_seq
+    resource["forkable"] = head.forkable
+    return resource
+
+
+def session_payload(session: Session) -> bytes:
+    return orjson.dumps(session_json(session))
+
+
+def json_array(lines: bytes) -> bytes:
+    """Stored JSONL lines (each ending in a newline) as one JSON array, without parsing them: a stored line never
+    holds a raw newline (JSON escapes them in strings), so newlines separate the events."""
+    if not lines:
+        return b"[]"
+    return b"[" + lines[:-1].replace(b"\n", b",") + b"]"
+
+
+def encode_cursor(key: tuple[int, str]) -> str:
+    """The opaque cursor of a list page: the unpadded base64url of ``[createdAt, id]`` of its last item."""
+    return base64.urlsafe_b64encode(orjson.dumps(list(key))).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, session_id = orjson.loads(raw)
+        if isinstance(created_at, int) and not isinstance(created_at, bool) and isinstance(session_id, str):
+            return created_at, session_id
+    except (ValueError, TypeError):
+        pass
+    raise invalid_request("cursor", "malformed cursor", "cursor is not one this service issued; start again without it")

@@ -1,0 +1,147 @@
+"""The storage seam: the one interface between forklog's operations (``app.service``) and where sessions live.
+
+A backend stores sessions and their logs, byte for byte, and nothing more: every rule of spec 1-2 is checked by the
+service before it calls a change, and the service serializes the changes of one session within its process. A
+backend shared by several processes (PostgreSQL) must also refuse an append staged on a head that another process
+has moved (:class:`~app.backends.errors.StaleHead`) and a create of an id that another process took
+(:class:`~app.backends.errors.AlreadyExists`).
+
+Implementations: :class:`app.backends.memory.MemoryBackend` (this process's memory), the JSONL files of
+:class:`app.backends.files.FileBackend`, and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.domain.log import LogTip, SessionLog, StagedEvents
+from app.domain.session import Session, SessionKey
+
+__all__ = [
+    "Backend",
+    "ChangeListener",
+    "CorruptEntry",
+    "Readiness",
+    "Seed",
+    "SeedLog",
+    "SeedPrefix",
+    "Tip",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SeedLog:
+    """A new session's events, checked: the backend stores them as they are."""
+
+    log: SessionLog
+
+
+@dataclass(frozen=True, slots=True)
+class SeedPrefix:
+    """A fork's events: the first ``count`` events of the session ``source`` (incarnation ``instance``).
+
+    ``count`` is 0 or one past a ``turn/end``. The backend may share them with the source instead of copying;
+    either way a later change of one session never shows in the other.
+    """
+
+    source: SessionKey
+    instance: str
+    count: int
+
+
+Seed = SeedLog | SeedPrefix
+
+
+@dataclass(frozen=True, slots=True)
+class Tip:
+    """What an append is checked against: the session, its log's rules and events, and whether that view may be
+    behind another process's appends (then a refusal is confirmed on a fresh tip before it is answered)."""
+
+    session: Session
+    log: LogTip
+    may_be_stale: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CorruptEntry:
+    """A stored session kept out of service, as ``/readyz`` lists it."""
+
+    id: str
+    path: str
+    reason: str
+    tenant: str
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    sessions: int
+    corrupt: list[CorruptEntry] = field(default_factory=list)
+
+
+# Called with the key of a session another process changed (appended to, created or deleted).
+ChangeListener = Callable[[SessionKey], None]
+
+
+class Backend(Protocol):
+    """Where sessions live. All methods may raise :class:`~app.backends.errors.StorageUnavailable`."""
+
+    name: str
+
+    # -- lifecycle -----------------------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Recover (or connect to) the store; may take long. Nothing else is called before it returns."""
+
+    async def close(self) -> None:
+        """Release the store (at a clean shutdown: after the last change)."""
+
+    async def readiness(self) -> Readiness:
+        """How many sessions are live, and which stored ones are kept out of service."""
+
+    def listen(self, listener: ChangeListener) -> None:
+        """Call ``listener`` when another process changes a session (never for this process's own changes)."""
+
+    # -- reads ---------------------------------------------------------------------------------------------------
+
+    async def find(self, key: SessionKey) -> Session | None:
+        """The live session, or None; :class:`~app.backends.errors.SessionCorrupt` for a damaged one."""
+
+    async def page(
+        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
+    ) -> list[Session]:
+        """Up to ``limit`` live sessions of ``tenant`` in creation order (createdAt, id), after the key ``after``;
+        with ``parent``, only those whose ``parentSession`` is it."""
+
+    async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
+        """The stored JSONL lines of events ``start`` .. ``stop - 1`` (fewer if the log is shorter)."""
+
+    def chunks(self, key: SessionKey, instance: str, stop: int) -> AsyncIterator[bytes]:
+        """The JSONL lines of events ``0`` .. ``stop - 1`` of that incarnation, a piece at a time (a snapshot's
+        seed); the events are those of the moment of the call, whatever happens to the session meanwhile."""
+
+    async def is_turn_end(self, key: SessionKey, seq: int) -> bool:
+        """Whether the stored event ``seq`` is a ``turn/end``."""
+
+    async def history(self, key: SessionKey, at_seq: int | None) -> list[Any]:
+        """The model history (spec 1.3) after event ``at_seq`` (a ``turn/end``), or after the last event."""
+
+    async def tip(self, key: SessionKey, wanted: Iterable[int] = (), *, refresh: bool = False) -> Tip | None:
+        """The session's tip for checking an append, or None if it is not live; ``wanted`` are seqs whose events
+        the check may look up (a ``tool/result`` replace compares with the result it replaces). A backend that may
+        answer from a cache reads the store afresh with ``refresh``."""
+
+    # -- changes (serialized per session by the caller) ------------------------------------------------------------
+
+    async def create(self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed) -> Session:
+        """Make a new live session; the backend assigns ``createdAt``. ``lineage`` holds
+        :class:`~app.domain.session.SessionHeader` fields by attribute name. Raises
+        :class:`~app.backends.errors.AlreadyExists` if the id is live, ``SessionCorrupt`` if it is damaged."""
+
+    async def append(self, key: SessionKey, staged: StagedEvents) -> None:
+        """Store a checked batch after the log's last event, atomically (all of it, or none); ``staged.base_count``
+        must be the log's length, else :class:`~app.backends.errors.StaleHead`."""
+
+    async def delete(self, key: SessionKey) -> None:
+        """Remove the live session; a session forked from it keeps its events."""

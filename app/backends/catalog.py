@@ -1,0 +1,146 @@
+"""The live sessions one process holds in memory, for the backends that keep every log in memory (memory, files).
+
+Sessions are found by key, listed in creation order per tenant (and per parent, for lineage), and given their
+``createdAt``: max(now, 1 + the largest one this process has loaded or assigned), corrupt sessions' included, so
+creation order holds even if the clock steps back.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.backends.errors import SessionCorrupt
+from app.domain.log import SessionLog
+from app.domain.session import Session, SessionHeader, SessionKey, head_of
+
+__all__ = ["Catalog", "LiveSession"]
+
+OrderKey = tuple[int, str]
+
+
+class LiveSession:
+    """A live session held in memory: its key, its header and its log (the log grows; the rest never changes)."""
+
+    __slots__ = ("header", "key", "log")
+
+    def __init__(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> None:
+        self.key = key
+        self.header = header
+        self.log = log
+
+    @property
+    def id(self) -> str:
+        return self.key.id
+
+    def view(self) -> Session:
+        return Session(self.key, self.header, head_of(self.log.state))
+
+    @property
+    def order_key(self) -> OrderKey:
+        return (self.header.created_at, self.header.id)
+
+
+@dataclass(slots=True)
+class _Ordered:
+    """Keys in creation order, kept sorted."""
+
+    keys: list[OrderKey]
+
+    def add(self, key: OrderKey) -> None:
+        insort(self.keys, key)
+
+    def remove(self, key: OrderKey) -> None:
+        at = bisect_left(self.keys, key)
+        if at < len(self.keys) and self.keys[at] == key:
+            del self.keys[at]
+
+    def after(self, key: OrderKey | None) -> Iterator[OrderKey]:
+        start = 0 if key is None else bisect_right(self.keys, key)
+        for at in range(start, len(self.keys)):
+            yield self.keys[at]
+
+
+class Catalog:
+    """Live and corrupt sessions by key, and the ``createdAt`` clock."""
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        self._clock = clock
+        self._live: dict[SessionKey, LiveSession] = {}
+        self._corrupt: dict[SessionKey, str] = {}
+        self._by_tenant: dict[str, _Ordered] = {}
+        self._by_parent: dict[tuple[str, str], _Ordered] = {}
+        self._max_created_at = -1
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def get(self, key: SessionKey) -> LiveSession | None:
+        """The live session, or None; :class:`SessionCorrupt` for one kept out of service."""
+        if key in self._corrupt:
+            raise SessionCorrupt(key.id, self._corrupt[key])
+        return self._live.get(key)
+
+    def __iter__(self) -> Iterator[LiveSession]:
+        return iter(list(self._live.values()))
+
+    def stamp(self) -> int:
+        """A new session's ``createdAt``."""
+        self._max_created_at = max(self._clock(), self._max_created_at + 1)
+        return self._max_created_at
+
+    def new_header(self, key: SessionKey, instance: str, lineage: Mapping[str, Any]) -> SessionHeader:
+        return SessionHeader(id=key.id, created_at=self.stamp(), instance=instance, **lineage)
+
+    def add(self, live: LiveSession) -> None:
+        self._live[live.key] = live
+        self._index(live, sort=True)
+        self._max_created_at = max(self._max_created_at, live.header.created_at)
+
+    def load(self, sessions: Iterable[LiveSession]) -> None:
+        """Add many sessions at once (a start): sorted once at the end instead of one insertion each."""
+        for live in sessions:
+            self._live[live.key] = live
+            self._index(live, sort=False)
+            self._max_created_at = max(self._max_created_at, live.header.created_at)
+        for ordered in (*self._by_tenant.values(), *self._by_parent.values()):
+            ordered.keys.sort()
+
+    def _index(self, live: LiveSession, *, sort: bool) -> None:
+        indexes = [self._by_tenant.setdefault(live.key.tenant, _Ordered([]))]
+        parent = live.header.parent_session
+        if parent is not None:
+            indexes.append(self._by_parent.setdefault((live.key.tenant, parent), _Ordered([])))
+        for ordered in indexes:
+            if sort:
+                ordered.add(live.order_key)
+            else:
+                ordered.keys.append(live.order_key)
+
+    def remove(self, key: SessionKey) -> None:
+        live = self._live.pop(key, None)
+        if live is None:
+            return
+        self._by_tenant[key.tenant].remove(live.order_key)
+        parent = live.header.parent_session
+        if parent is not None:
+            self._by_parent[(key.tenant, parent)].remove(live.order_key)
+
+    def quarantine(self, key: SessionKey, reason: str, *, created_at: int | None = None) -> None:
+        """Keep a damaged session out of service; its ``created_at`` (if its header was read) still counts."""
+        self._corrupt[key] = reason
+        if created_at is not None:
+            self._max_created_at = max(self._max_created_at, created_at)
+
+    def page(self, tenant: str, *, parent: str | None, after: OrderKey | None, limit: int) -> list[LiveSession]:
+        ordered = self._by_tenant.get(tenant) if parent is None else self._by_parent.get((tenant, parent))
+        if ordered is None:
+            return []
+        found: list[LiveSession] = []
+        for _, session_id in ordered.after(after):
+            if len(found) == limit:
+                break
+            found.append(self._live[SessionKey(tenant, session_id)])
+        return found

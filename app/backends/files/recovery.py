@@ -1,0 +1,329 @@
+"""Rebuilding sessions from the bytes of their JSONL files (spec section 4, "Recovery").
+
+Only a final fragment without a trailing newline is torn (never acknowledged) and dropped. Any other damage makes
+the session corrupt: its file is left untouched and the session is kept out of service. Nothing is followed out of
+the data directory: an entry of ``sessions/`` that is a symlink, or anything but a regular file, is never opened.
+
+:class:`Recovery` reads a whole data directory. With ``repair`` (a start) it also empties ``tmp/``, applies cut
+records, truncates torn tails and removes stale index files; without it (``verify``) it changes nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from app.backends.base import CorruptEntry
+from app.backends.catalog import LiveSession
+from app.backends.files.codec import (
+    MalformedRecord,
+    decode_line,
+    expand_record,
+    header_from_record,
+    header_problem,
+    may_round_trip_lossily,
+    parse_line,
+)
+from app.backends.files.cuts import CUT_SUFFIX, CutRecords
+from app.backends.files.datadir import LOG_SUFFIX, DataDir, Space
+from app.backends.files.fileops import FileKind, FileOps
+from app.backends.files.index import INDEX_SUFFIX, Index, read_index
+from app.domain.errors import EventRejected
+from app.domain.ids import ID_PATTERN
+from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
+from app.domain.log import SessionLog
+from app.domain.session import SessionHeader, SessionKey
+
+__all__ = ["CorruptLog", "RecoveredLog", "Recovery", "RecoveryReport", "recover_log"]
+
+logger = logging.getLogger("forklog.storage")
+
+# Lines are recovered a window of about this many bytes at a time.
+WINDOW_BYTES = 4 * 1024 * 1024
+
+
+class CorruptLog(Exception):
+    """The file is damaged beyond a torn last line; ``reason`` says where and how."""
+
+    def __init__(self, reason: str, created_at: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.created_at = created_at  # from the header, when the header itself is whole
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredLog:
+    header: SessionHeader
+    log: SessionLog
+    committed_bytes: int  # the file's size after dropping a torn tail
+    torn_bytes: int  # how many bytes of torn tail were dropped
+    checked_events: int  # events checked against every rule (the others were resumed from an index)
+
+
+def parse_header(data: bytes, session_id: str) -> SessionHeader:
+    """The checked header on the first line of a session file's ``data``, else :class:`CorruptLog`."""
+    header_end = data.find(b"\n")
+    if header_end < 0:
+        raise CorruptLog("empty or header-less session log (no complete header line)")
+    try:
+        record = parse_line(data[:header_end])
+    except (JsonSyntaxError, JsonTooDeep, MalformedRecord) as exc:
+        raise CorruptLog(f"header line is not valid JSON: {exc}") from None
+    problem = header_problem(record, session_id)
+    if problem is not None:
+        raise CorruptLog(problem)
+    return header_from_record(record, session_id)
+
+
+def recover_log(session_id: str, data: bytes, *, now: int, index: Index | None = None) -> RecoveredLog:
+    """The session a file's bytes hold, or :class:`CorruptLog`.
+
+    With an ``index`` whose prefix the file still holds, that prefix is resumed instead of checked again.
+    """
+    header = parse_header(data, session_id)
+    start = data.find(b"\n") + 1
+    committed = data.rfind(b"\n") + 1
+    resumed = index.resume(memoryview(data)[start:committed]) if index is not None else None
+    resumed_events = len(resumed) if resumed is not None else 0
+    try:
+        if resumed is None:
+            log = _recover_events(data, start, SessionLog(), now=now, line_no=1)
+        else:
+            log = _recover_events(data, start + resumed.byte_size, resumed, now=now, line_no=1 + len(resumed))
+    except CorruptLog as exc:
+        raise CorruptLog(exc.reason, header.created_at) from None
+    return RecoveredLog(
+        header,
+        log,
+        committed_bytes=committed,
+        torn_bytes=len(data) - committed,
+        checked_events=len(log) - resumed_events,
+    )
+
+
+def _recover_events(data: bytes, position: int, log: SessionLog, *, now: int, line_no: int) -> SessionLog:
+    """``log`` grown by the whole lines from ``position`` on (``line_no`` is the line before it); a final fragment
+    without a newline is left out.
+
+    The lines are read a window at a time, so that only one window's events are Python objects at once, and each
+    window is parsed by one orjson call when its lines are canonical (as forklog writes them).
+    """
+    committed = data.rfind(b"\n") + 1
+    while position < committed:
+        cut = data.rfind(b"\n", position, min(position + WINDOW_BYTES, committed)) + 1
+        end = cut if cut > position else data.index(b"\n", position) + 1
+        lines = data[position : end - 1].split(b"\n")
+        position = end
+        events = _window_events(lines, line_no, len(log))
+        line_no += len(lines)
+        try:
+            log.commit(log.stage(events, appended=False, now=now))
+        except EventRejected as rejected:
+            raise CorruptLog(f"event seq {len(log) + rejected.index} breaks the rules: {rejected.reason}") from None
+    return log
+
+
+def _window_events(lines: list[bytes], line_no: int, first_seq: int) -> list[Any]:
+    """The events of a window of whole lines (``line_no`` is the line before the first), seqs checked."""
+    records = _parse_canonical(lines)
+    events: list[Any] = []
+    for offset, line in enumerate(lines):
+        number = line_no + offset + 1
+        if records is None:
+            if not line.strip():
+                raise CorruptLog(f"line {number} is empty")
+            try:
+                decoded = decode_line(line)
+            except (JsonSyntaxError, JsonTooDeep, MalformedRecord) as exc:
+                raise CorruptLog(f"line {number} is not a storage record: {exc}") from None
+        else:
+            try:
+                decoded = expand_record(records[offset])
+            except MalformedRecord as exc:
+                raise CorruptLog(f"line {number} is not a storage record: {exc}") from None
+        for event in decoded:
+            if not isinstance(event, dict) or "seq" not in event or "time" not in event:
+                raise CorruptLog(f"line {number} holds an event without seq and time")
+            expected = first_seq + len(events)
+            if event["seq"] != expected:
+                raise CorruptLog(f"seq gap at line {number} (expected {expected}, got {event['seq']})")
+            events.append(event)
+    return events
+
+
+def _parse_canonical(lines: list[bytes]) -> list[Any] | None:
+    """All the lines' values in one parse, when every line is canonical lossless JSON; else None (parse each)."""
+    joined = b"[" + b",".join(lines) + b"]"
+    if any(not line for line in lines) or may_round_trip_lossily(joined):
+        return None
+    try:
+        values = orjson.loads(joined)
+        canonical = orjson.dumps(values) == joined
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return None
+    return values if canonical and isinstance(values, list) and len(values) == len(lines) else None
+
+
+# -- a whole data directory ------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    sessions: list[LiveSession] = field(default_factory=list)
+    corrupt: list[CorruptEntry] = field(default_factory=list)
+    # Per corrupt entry that names a valid id: its key, and its createdAt when its header could be read.
+    quarantined: list[tuple[SessionKey, str, int | None]] = field(default_factory=list)
+    events: int = 0  # events recovered
+    checked_events: int = 0  # of them, those checked against every rule (not resumed from an index)
+    bytes: int = 0
+
+
+class Recovery:
+    """Reads every session of a data directory (see the module's docstring)."""
+
+    def __init__(self, datadir: DataDir, ops: FileOps, cuts: CutRecords, *, now: int, repair: bool, sync: bool):
+        self._datadir = datadir
+        self._ops = ops
+        self._cuts = cuts
+        self._now = now
+        self._repair = repair
+        self._sync = sync
+
+    def run(self) -> RecoveryReport:
+        if self._repair:
+            for name, kind in self._ops.scandir(self._datadir.tmp):
+                # A create or delete that crashed half-way: the file was never linked in, or was already unlinked.
+                self._remove_quietly(self._datadir.tmp / name, kind)
+        report = RecoveryReport()
+        for space in self._datadir.spaces():
+            self._recover_space(space, report)
+        return report
+
+    def _recover_space(self, space: Space, report: RecoveryReport) -> None:
+        indexes: dict[str, Path] = {}
+        cuts: set[str] = set()
+        for name, kind in self._ops.scandir(space.index):
+            path = space.index / name
+            if kind == FileKind.REGULAR and name.endswith(INDEX_SUFFIX):
+                indexes[name[: -len(INDEX_SUFFIX)]] = path
+            elif kind == FileKind.REGULAR and name.endswith(CUT_SUFFIX):
+                cuts.add(name[: -len(CUT_SUFFIX)])
+            elif self._repair:  # half-written, or planted: never read
+                self._remove_quietly(path, kind)
+        for name, kind in self._ops.scandir(space.sessions):
+            self._recover_file(space, name, kind, indexes.pop(name[: -len(LOG_SUFFIX)], None), cuts, report)
+        if self._repair:
+            for orphan in indexes.values():  # of deleted sessions
+                self._remove_quietly(orphan, FileKind.REGULAR)
+
+    def _recover_file(
+        self, space: Space, name: str, kind: str, index_path: Path | None, cuts: set[str], report: RecoveryReport
+    ) -> None:
+        path = space.sessions / name
+        session_id = name[: -len(LOG_SUFFIX)] if name.endswith(LOG_SUFFIX) else name
+        key = SessionKey(space.tenant, session_id)
+        valid_name = name.endswith(LOG_SUFFIX) and ID_PATTERN.fullmatch(session_id) is not None
+
+        def corrupt(reason: str, created_at: int | None = None, *, names_session: bool = True) -> None:
+            report.corrupt.append(CorruptEntry(session_id, str(path), reason, space.tenant))
+            if names_session:
+                report.quarantined.append((key, reason, created_at))
+
+        if kind != FileKind.REGULAR:
+            reason = f"{kind}, never followed or opened" if kind == FileKind.SYMLINK else kind
+            logger.error("%s in %s is %s; it is kept out of service", name, space.sessions, reason)
+            corrupt(reason, names_session=valid_name)
+            return
+        if not valid_name:
+            corrupt("the file name is not <valid id>.jsonl", names_session=False)
+            return
+        try:
+            data = self._read_regular(path)
+            if session_id in cuts:
+                data = self._apply_cut(session_id, path, space.index / f"{session_id}{CUT_SUFFIX}", data)
+            index = read_index(index_path, self._ops) if index_path is not None else None
+            recovered = recover_log(session_id, data, now=self._now, index=index)
+        except CorruptLog as exc:
+            logger.error("session %s is corrupt and kept out of service: %s", session_id, exc.reason)
+            corrupt(exc.reason, exc.created_at)
+            return
+        except OSError as exc:
+            corrupt(f"unreadable: {exc.strerror}")
+            return
+        if recovered.torn_bytes:
+            logger.warning("session %s: dropped a torn last line of %d bytes", session_id, recovered.torn_bytes)
+            if self._repair:
+                try:
+                    self._truncate(path, recovered.committed_bytes)
+                except OSError as exc:  # appending after the torn bytes would damage the log: keep it out
+                    reason = f"a torn last line could not be cut away: {exc.strerror}"
+                    logger.error("session %s is kept out of service: %s", session_id, reason)
+                    corrupt(reason, recovered.header.created_at)
+                    return
+        report.sessions.append(LiveSession(key, recovered.header, recovered.log))
+        report.events += len(recovered.log)
+        report.checked_events += recovered.checked_events
+        report.bytes += len(data)
+
+    def _read_regular(self, path: Path) -> bytes:
+        fd = self._ops.open(path, os.O_RDONLY)
+        try:
+            if self._ops.fstat(fd).st_mode & 0o170000 != 0o100000:  # replaced since it was listed
+                raise OSError(errno.EINVAL, "not a regular file")
+            return self._ops.read_all(fd)
+        finally:
+            self._ops.close(fd)
+
+    def _truncate(self, path: Path, size: int) -> None:
+        fd = self._ops.open(path, os.O_WRONLY)
+        try:
+            self._ops.ftruncate(fd, size)
+            if self._sync:
+                self._ops.fsync(fd)
+        finally:
+            self._ops.close(fd)
+
+    def _apply_cut(self, session_id: str, path: Path, record: Path, data: bytes) -> bytes:
+        """``data`` without the refused bytes a cut record names (when it is this incarnation's); with ``repair``
+        the file is cut too and the record dropped. CorruptLog when the cut cannot be made."""
+        cut = self._cuts.read(record)
+        if cut is None:
+            return data
+        try:
+            instance: str | None = parse_header(data, session_id).instance
+        except CorruptLog:
+            instance = None
+        if instance == cut.instance and len(data) > cut.size:
+            if self._repair:
+                try:
+                    self._truncate(path, cut.size)
+                except OSError as exc:
+                    raise CorruptLog(
+                        f"bytes after byte {cut.size} were refused and could not be cut away: {exc.strerror}"
+                    ) from None
+                logger.warning("session %s: cut away %d refused bytes", session_id, len(data) - cut.size)
+            data = data[: cut.size]
+        if self._repair:
+            try:
+                self._cuts.clear(record)
+            except OSError as exc:  # the cut is made; the record applies again (harmlessly) at the next start
+                logger.warning("could not remove the cut record of session %s: %s", session_id, exc.strerror)
+        return data
+
+    def _remove_quietly(self, path: Path, kind: str) -> None:
+        """Remove a leftover; a folder goes with what it holds, a link goes alone (never followed)."""
+        try:
+            if kind == FileKind.DIRECTORY:
+                self._ops.rmtree(path)
+            else:
+                self._ops.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            logger.warning("could not remove the leftover %s: %s", path, exc.strerror)

@@ -1,0 +1,206 @@
+"""The one writer thread of the file backend: appends to session files in rounds, one sync a round.
+
+A round takes every append queued while the previous round was syncing, writes them all, syncs every file it
+touched once (one ``syncfs`` for several files, where it reports write errors; else an ``fdatasync`` per file, in
+parallel) and then answers them all. So the event loop never waits on the disk, and appends to many sessions share
+the cost of a sync. (Appends to one session are batched before they get here, by the service.)
+
+A write or sync that fails is cut back to the size before it, so a retry never finds half a batch in the file. If
+that cut fails too, the file is *unclean*: a durable cut record is written (:mod:`app.backends.files.cuts`) and
+nothing more is written to the file until the cut succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.backends.errors import StorageUnavailable
+from app.backends.files.cuts import Cut, CutRecords
+from app.backends.files.fileops import FileOps
+
+__all__ = ["AppendWriter"]
+
+logger = logging.getLogger("forklog.storage")
+
+SYNCS_IN_PARALLEL = 16
+
+
+@dataclass(slots=True)
+class _Write:
+    path: Path
+    data: bytes
+    cut_note: Cut  # what to record if this write cannot be cut back (its size is filled in then)
+    done: Callable[[BaseException | None], None]
+    fd: int = -1
+    size_before: int = -1  # known once the file is open and measured; nothing is written before that
+    error: BaseException | None = None
+    answered: bool = False
+
+
+class AppendWriter:
+    def __init__(self, ops: FileOps, cuts: CutRecords, *, sync: bool) -> None:
+        self._ops = ops
+        self._cuts = cuts
+        self._sync = sync
+        # The files of one round are synced at the same time: a device takes them together far faster than one
+        # after another (fdatasync releases the GIL).
+        self._syncers = ThreadPoolExecutor(max_workers=SYNCS_IN_PARALLEL, thread_name_prefix="forklog-sync")
+        self._queue: list[_Write] = []
+        self._unclean: dict[Path, Cut] = {}
+        self._unclean_lock = threading.Lock()
+        self._wakeup = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="forklog-writer", daemon=True)
+        self._thread.start()
+
+    async def append(self, path: Path, data: bytes, *, instance: str, cut_record: Path) -> None:
+        """Append ``data`` to the file at ``path`` durably; StorageUnavailable (the file as it was) if refused."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def done(error: BaseException | None) -> None:
+            loop.call_soon_threadsafe(_settle, future, error)
+
+        with self._wakeup:
+            if self._closed or not self._thread.is_alive():
+                raise StorageUnavailable("the storage is shutting down")
+            self._queue.append(_Write(path, data, Cut(instance, -1, cut_record), done))
+            self._wakeup.notify()
+        await future
+
+    def forget(self, path: Path) -> None:
+        """The file at ``path`` was removed or made anew: nothing is left to cut from it."""
+        with self._unclean_lock:
+            self._unclean.pop(path, None)
+
+    def close(self) -> None:
+        with self._wakeup:
+            self._closed = True
+            self._wakeup.notify()
+        self._thread.join()
+        self._syncers.shutdown(wait=True)
+        with self._unclean_lock:
+            unclean = list(self._unclean.items())
+        for path, cut in unclean:  # a last chance; what is left is cut at the next start, from its cut record
+            with contextlib.suppress(OSError):
+                self._cut_back(path, cut)
+
+    def _run(self) -> None:
+        while True:
+            with self._wakeup:
+                while not self._queue and not self._closed:
+                    self._wakeup.wait()
+                if not self._queue and self._closed:
+                    return
+                batch, self._queue = self._queue, []
+            try:
+                self._round(batch)
+            except BaseException as exc:  # a bug: still answer every append (as failed) and keep the writer alive
+                logger.exception("a writer round failed")
+                for item in batch:
+                    if not item.answered:
+                        item.answered = True
+                        with contextlib.suppress(Exception):
+                            item.done(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+
+    def _round(self, batch: list[_Write]) -> None:
+        ops = self._ops
+        for item in batch:
+            try:
+                with self._unclean_lock:
+                    cut = self._unclean.get(item.path)
+                if cut is not None:  # refused bytes are cut away, durably, before anything is written after them
+                    self._cut_back(item.path, cut)
+                item.fd = ops.open(item.path, os.O_WRONLY | os.O_APPEND)
+                item.size_before = ops.fstat(item.fd).st_size
+                ops.write_all(item.fd, item.data)
+            except OSError as exc:
+                item.error = exc
+        if self._sync:
+            self._sync_round([item for item in batch if item.error is None])
+        for item in batch:
+            if item.error is not None and item.size_before >= 0:
+                self._roll_back(item)
+            if item.fd >= 0:
+                try:
+                    ops.close(item.fd)
+                except OSError:  # the data was synced (or the error is already the answer): closing changes nothing
+                    logger.warning("could not close %s after an append", item.path)
+            item.answered = True
+            try:
+                item.done(item.error)
+            except Exception:  # e.g. the event loop closed: the writer must live on for the others
+                logger.exception("could not answer an append to %s", item.path)
+
+    def _sync_round(self, written: list[_Write]) -> None:
+        if len(written) == 1:
+            self._sync_data(written[0])
+        elif written and self._ops.has_syncfs:
+            # One syncfs commits every file of the round in one journal transaction: several times faster than a
+            # sync per file, even in parallel. An error fails the whole round (nothing is acknowledged).
+            try:
+                self._ops.syncfs(written[0].fd)
+            except OSError as exc:
+                for item in written:
+                    item.error = exc
+        elif written:
+            for _ in self._syncers.map(self._sync_data, written):
+                pass
+
+    def _sync_data(self, item: _Write) -> None:
+        try:
+            self._ops.fdatasync(item.fd)
+        except OSError as exc:
+            item.error = exc
+
+    def _roll_back(self, item: _Write) -> None:
+        # A retry must not find half a batch on disk: cut the file back to what was acknowledged.
+        try:
+            self._ops.ftruncate(item.fd, item.size_before)
+            self._ops.fsync(item.fd)
+        except OSError:
+            logger.exception("could not roll back a failed append to %s", item.path)
+            cut = Cut(item.cut_note.instance, item.size_before, item.cut_note.record)
+            with self._unclean_lock:
+                cut = self._unclean.setdefault(item.path, cut)
+            # The refused bytes stay in the file for now: the cut record makes the next start cut them away even if
+            # this process never manages to.
+            try:
+                self._cuts.write(cut)
+            except OSError:
+                logger.critical(
+                    "could not record that %s must be cut back to %d bytes; until it is, the session refuses appends",
+                    item.path,
+                    cut.size,
+                )
+
+    def _cut_back(self, path: Path, cut: Cut) -> None:
+        """Cut ``path`` back to its acknowledged size, then drop its cut record; OSError if either fails."""
+        fd = self._ops.open(path, os.O_WRONLY)
+        try:
+            self._ops.ftruncate(fd, cut.size)
+            self._ops.fsync(fd)
+        finally:
+            self._ops.close(fd)
+        self._cuts.clear(cut.record)
+        self.forget(path)
+        logger.warning("cut %s back to its acknowledged %d bytes", path, cut.size)
+
+
+def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    elif isinstance(error, OSError):
+        future.set_exception(StorageUnavailable(f"the disk refused the write: {error.strerror}"))
+    else:
+        future.set_exception(error)

@@ -1,0 +1,110 @@
+"""The in-memory backend: every session lives in this process's memory and nowhere else.
+
+It really stores (everything the contract promises within one process's life holds), so the service can run on it
+for tests and trials (``FORKLOG_BACKEND=memory``); a restart starts empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any
+
+from app.backends.base import ChangeListener, Readiness, Seed, SeedLog, Tip
+from app.backends.catalog import Catalog, LiveSession
+from app.backends.errors import AlreadyExists, StaleHead
+from app.domain.log import SessionLog, StagedEvents
+from app.domain.session import Session, SessionKey
+
+__all__ = ["MemoryBackend", "live_prefix"]
+
+CHUNK_BYTES = 4 * 1024 * 1024
+
+
+def live_prefix(catalog: Catalog, seed: Seed) -> SessionLog:
+    """The events a new session starts with: the seed's, or the source's first ``count`` (shared, not copied)."""
+    if isinstance(seed, SeedLog):
+        return seed.log
+    source = catalog.get(seed.source)
+    if source is None or source.header.instance != seed.instance:
+        raise StaleHead(f'session "{seed.source.id}" is no longer the incarnation the fork was checked against')
+    return source.log.prefix(seed.count)
+
+
+async def log_chunks(log: SessionLog) -> AsyncIterator[bytes]:
+    """A log's JSONL lines, a piece at a time."""
+    body = log.lines()
+    for position in range(0, len(body), CHUNK_BYTES):
+        yield body[position : position + CHUNK_BYTES]
+
+
+class MemoryBackend:
+    name = "memory"
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        self.catalog = Catalog(clock)
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def readiness(self) -> Readiness:
+        return Readiness(len(self.catalog))
+
+    def listen(self, listener: ChangeListener) -> None:
+        return None  # no other process shares this memory
+
+    # -- reads -----------------------------------------------------------------------------------------------------
+
+    async def find(self, key: SessionKey) -> Session | None:
+        live = self.catalog.get(key)
+        return live.view() if live is not None else None
+
+    async def page(
+        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
+    ) -> list[Session]:
+        return [live.view() for live in self.catalog.page(tenant, parent=parent, after=after, limit=limit)]
+
+    async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
+        live = self.catalog.get(key)
+        return live.log.lines(start, stop) if live is not None else b""
+
+    def chunks(self, key: SessionKey, instance: str, stop: int) -> AsyncIterator[bytes]:
+        live = self.catalog.get(key)
+        if live is None or live.header.instance != instance:
+            raise StaleHead(f'session "{key.id}" is no longer the incarnation the snapshot was checked against')
+        return log_chunks(live.log.prefix(stop))  # taken now: later appends are not part of it
+
+    async def is_turn_end(self, key: SessionKey, seq: int) -> bool:
+        live = self.catalog.get(key)
+        return live is not None and live.log.is_turn_end(seq)
+
+    async def history(self, key: SessionKey, at_seq: int | None) -> list[Any]:
+        live = self.catalog.get(key)
+        return live.log.history(at_seq) if live is not None else []
+
+    async def tip(self, key: SessionKey, wanted: Iterable[int] = (), *, refresh: bool = False) -> Tip | None:
+        live = self.catalog.get(key)
+        return Tip(live.view(), live.log) if live is not None else None
+
+    # -- changes ---------------------------------------------------------------------------------------------------
+
+    async def create(self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed) -> Session:
+        if self.catalog.get(key) is not None:
+            raise AlreadyExists(key.id)
+        log = live_prefix(self.catalog, seed)
+        live = LiveSession(key, self.catalog.new_header(key, instance, lineage), log)
+        self.catalog.add(live)
+        return live.view()
+
+    async def append(self, key: SessionKey, staged: StagedEvents) -> None:
+        live = self.catalog.get(key)
+        if live is None:
+            raise StaleHead(f'session "{key.id}" is no longer live')
+        if staged.base_count != len(live.log):
+            raise StaleHead(f'session "{key.id}" has {len(live.log)} events, not the {staged.base_count} staged on')
+        live.log.commit(staged)
+
+    async def delete(self, key: SessionKey) -> None:
+        self.catalog.remove(key)

@@ -1,0 +1,44 @@
+"""One operation at a time per session, each run to its end even if the client that asked goes away."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+__all__ = ["KeyedLocks"]
+
+T = TypeVar("T")
+K = TypeVar("K")
+
+
+class KeyedLocks(Generic[K]):
+    """A lock per key, made on first use and dropped when no one holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[K, tuple[asyncio.Lock, int]] = {}
+
+    async def run(self, key: K, work: Callable[[], Awaitable[T]]) -> T:
+        """Run ``work`` alone among the operations on ``key``; a caller that is cancelled does not cancel it (the
+        disk and the memory must never disagree about a change half made)."""
+        return await asyncio.shield(self.start(key, work))
+
+    def start(self, key: K, work: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
+        """The task that runs ``work`` alone among the operations on ``key`` (queued behind those before it)."""
+        lock, users = self._locks.get(key, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._locks[key] = (lock, users + 1)
+
+        async def run() -> T:
+            try:
+                async with lock:
+                    return await work()
+            finally:
+                held, remaining = self._locks[key]
+                if remaining <= 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (held, remaining - 1)
+
+        return asyncio.ensure_future(run())

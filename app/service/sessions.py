@@ -1,0 +1,367 @@
+"""The spec's operations on sessions, over one storage backend.
+
+Each operation checks what the contract says, in the contract's order (spec 2.3: readiness, then the session's
+existence and liveness, then the seed, the boundary or the events), and then asks the backend for the change.
+Operations that change one session run one at a time (per session, in this process; a shared backend refuses a
+change staged on a head another process moved, and the change is checked again). The work of a change runs to its
+end even if the client goes away, so the store never keeps half of one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from app.backends.base import Backend, Readiness, SeedLog, SeedPrefix, Tip
+from app.backends.errors import StaleHead
+from app.domain.boundary import fork_lineage, seed_length
+from app.domain.errors import ErrorCode, EventRejected, SessionError, SessionForkError
+from app.domain.ids import check_id, new_instance, new_session_id
+from app.domain.log import StagedEvents, chain, seed_log, stage
+from app.domain.session import Session, SessionKey, check_live, check_meta, head_of, lineage_attrs
+from app.service.appends import AppendQueue, WaitingAppend
+from app.service.errors import NotReady
+from app.service.locks import KeyedLocks
+
+__all__ = ["Appended", "Lifecycle", "SessionService", "Snapshot", "wall_clock_ms"]
+
+logger = logging.getLogger("forklog.service")
+
+# Seeds larger than this are checked off the event loop.
+SEED_EVENTS_CHECKED_INLINE = 1000
+# How often an append is checked again after another process moved the session's head under it.
+STALE_RETRIES = 16
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Lifecycle(Enum):
+    STARTING = "starting"  # the backend is opening (recovering, connecting): session routes answer NOT_READY
+    READY = "ready"  # serving
+    FAILED = "failed"  # opening failed with a bug: the service stays NOT_READY (the log says why)
+    STOPPED = "stopped"  # closed at shutdown
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """An append's answer: the stored events (as values and as their JSONL lines) and the session right after."""
+
+    events: list[dict[str, Any]]
+    lines: bytes
+    session: Session
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The RFC's snapshot: the source as it was, its seed's JSONL lines (a piece at a time), the child's meta."""
+
+    source: Session
+    seed: AsyncIterator[bytes]
+    meta: dict[str, Any]
+
+
+def _replace_targets(batches: Iterable[Sequence[Any]]) -> set[int]:
+    """Seqs a ``tool/result`` replace may compare with: the ``start`` of every replace surfaceOp in the batches."""
+    wanted: set[int] = set()
+    for events in batches:
+        for event in events:
+            op = event.get("surfaceOp") if isinstance(event, dict) else None
+            if isinstance(op, dict) and isinstance(op.get("start"), int):
+                wanted.add(op["start"])
+    return wanted
+
+
+class SessionService:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        new_id: Callable[[], str] = new_session_id,
+        instance: Callable[[], str] = new_instance,
+    ) -> None:
+        self.backend = backend
+        self._clock = clock
+        self._new_id = new_id
+        self._new_instance = instance
+        self.lifecycle = Lifecycle.STARTING
+        self._locks: KeyedLocks[SessionKey] = KeyedLocks()
+        self._appends: AppendQueue[Appended] = AppendQueue(self._locks, self._append_batch)
+
+    # -- lifecycle -------------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the backend; the service is ready once it has (NOT_READY until then)."""
+        try:
+            await self.backend.open()
+        except Exception:
+            self.lifecycle = Lifecycle.FAILED
+            logger.critical("the store failed to open; the service stays NOT_READY", exc_info=True)
+            raise
+        self.lifecycle = Lifecycle.READY
+
+    async def stop(self) -> None:
+        """Finish the appends handed over, then close the backend."""
+        was_ready = self.lifecycle is Lifecycle.READY
+        self.lifecycle = Lifecycle.STOPPED
+        if was_ready:
+            await self._appends.drained()
+        await self.backend.close()
+
+    @property
+    def ready(self) -> bool:
+        return self.lifecycle is Lifecycle.READY
+
+    def _require_ready(self) -> None:
+        if self.lifecycle is not Lifecycle.READY:
+            raise NotReady()
+
+    async def readiness(self) -> Readiness:
+        self._require_ready()
+        return await self.backend.readiness()
+
+    # -- reads -----------------------------------------------------------------------------------------------------
+
+    async def _live(self, key: SessionKey, error: type[SessionError] = SessionError) -> Session:
+        session = await self.backend.find(key)
+        if session is None:
+            raise error(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found')
+        return session
+
+    async def get(self, key: SessionKey) -> Session:
+        self._require_ready()
+        return await self._live(key)
+
+    async def page(
+        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
+    ) -> tuple[list[Session], tuple[int, str] | None]:
+        """Up to ``limit`` sessions in creation order after ``after``, and the key to continue from (None at the
+        end)."""
+        self._require_ready()
+        sessions = await self.backend.page(tenant, parent=parent, after=after, limit=limit + 1)
+        if len(sessions) <= limit:
+            return sessions, None
+        last = sessions[limit - 1].header
+        return sessions[:limit], (last.created_at, last.id)
+
+    async def read(self, key: SessionKey, start: int, limit: int) -> tuple[bytes, int]:
+        """The JSONL lines of up to ``limit`` events from ``start``, and the log's length."""
+        self._require_ready()
+        session = await self._live(key)
+        count = session.head.count
+        lines = await self.backend.read(key, start, min(count, start + limit)) if start < count else b""
+        return lines, count
+
+    async def _seed_length(self, source: Session, at_seq: int | None) -> int:
+        """The boundary rule (spec 2.3) on ``source`` as it is: the seed's length, or the refusal."""
+        at_turn_end = False
+        if at_seq is not None and 0 <= at_seq < source.head.count and at_seq != source.head.last_turn_end_seq:
+            at_turn_end = await self.backend.is_turn_end(source.key, at_seq)
+        return seed_length(source, at_seq, at_turn_end=at_turn_end)
+
+    async def history(self, key: SessionKey, at_seq: int | None) -> tuple[list[Any], int]:
+        """The model history, now or at the ``turn/end`` ``at_seq``; and the log's length."""
+        self._require_ready()
+        session = await self._live(key)
+        if at_seq is not None:
+            await self._seed_length(session, at_seq)
+        return await self.backend.history(key, at_seq), session.head.count
+
+    # -- create ----------------------------------------------------------------------------------------------------
+
+    async def create(
+        self,
+        tenant: str,
+        session_id: str | None,
+        seed: Sequence[Any] | None,
+        meta: dict[str, Any] | None,
+        *,
+        seed_breaks: dict[int, str] | None = None,
+    ) -> Session:
+        """A new session from ``seed`` with ``meta`` (its keys already checked): id taken, then meta, then seed."""
+        self._require_ready()
+        if session_id is not None:
+            check_id(session_id)
+        key = SessionKey(tenant, session_id if session_id is not None else self._new_id())
+        return await self._locks.run(key, lambda: self._create(key, seed, meta or {}, seed_breaks))
+
+    async def _create(
+        self, key: SessionKey, seed: Sequence[Any] | None, meta: dict[str, Any], breaks: dict[int, str] | None
+    ) -> Session:
+        if await self.backend.find(key) is not None:
+            raise SessionError(
+                ErrorCode.SESSION_ALREADY_EXISTS, f'session "{key.id}" already exists; pick another id or omit it'
+            )
+        lineage = check_meta(meta, len(seed) if seed is not None else 0)
+        if seed is not None and len(seed) > SEED_EVENTS_CHECKED_INLINE:
+            # A large seed is checked in a worker thread so that the event loop keeps serving meanwhile.
+            log = await asyncio.to_thread(seed_log, seed, now=self._clock(), breaks=breaks)
+        else:
+            log = seed_log(seed, now=self._clock(), breaks=breaks)
+        return await self.backend.create(key, self._new_instance(), lineage, SeedLog(log))
+
+    # -- append ----------------------------------------------------------------------------------------------------
+
+    async def append(
+        self,
+        key: SessionKey,
+        events: Sequence[Any],
+        *,
+        expected_seq: int | None = None,
+        instance: str | None = None,
+        breaks: dict[int, str] | None = None,
+    ) -> Appended:
+        """Append a batch (atomically: all of it is stored, or none). Appends to one session that arrive while its
+        previous batch is written are checked and written together (see :mod:`app.service.appends`)."""
+        self._require_ready()
+        return await self._appends.submit(key, events, expected_seq=expected_seq, instance=instance, breaks=breaks)
+
+    async def _append_batch(self, key: SessionKey, batch: list[WaitingAppend[Appended]]) -> None:
+        wanted = _replace_targets(waiting.events for waiting in batch)
+        refresh = False
+        for _ in range(STALE_RETRIES):
+            tip = await self.backend.tip(key, wanted, refresh=refresh)
+            if tip is None:
+                missing = SessionError(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found')
+                for waiting in batch:
+                    waiting.fail(missing)
+                return
+            accepted, refused, combined = self._check_batch(tip, batch)
+            if refused and tip.may_be_stale and not refresh:
+                refresh = True  # a refusal is only answered once it holds on a fresh tip
+                continue
+            for waiting, refusal in refused:
+                waiting.fail(refusal)
+            if combined is None:
+                return
+            try:
+                await self.backend.append(key, combined)
+            except StaleHead:
+                refresh = True
+                batch = [waiting for waiting, _ in accepted]
+                continue
+            except Exception as failed:
+                for waiting, _ in accepted:
+                    waiting.fail(failed)
+                return
+            for waiting, staged in accepted:
+                waiting.succeed(Appended(staged.events, staged.lines, _after(tip.session, staged)))
+            return
+        busy = SessionError(ErrorCode.SEQ_CONFLICT, f'session "{key.id}" kept moving under the append; retry')
+        for waiting in batch:
+            waiting.fail(busy)
+
+    def _check_batch(
+        self, tip: Tip, batch: list[WaitingAppend[Appended]]
+    ) -> tuple[
+        list[tuple[WaitingAppend[Appended], StagedEvents]],
+        list[tuple[WaitingAppend[Appended], SessionError]],
+        StagedEvents | None,
+    ]:
+        accepted: list[tuple[WaitingAppend[Appended], StagedEvents]] = []
+        refused: list[tuple[WaitingAppend[Appended], SessionError]] = []
+        combined: StagedEvents | None = None
+        for waiting in batch:
+            try:
+                count = None if combined is None else combined.state.count
+                check_live(tip.session, waiting.instance, waiting.expected_seq, count=count)
+                staged = stage(
+                    tip.log, waiting.events, appended=True, now=self._clock(), breaks=waiting.breaks, after=combined
+                )
+            except EventRejected as rejected:
+                refused.append((waiting, _invalid_event(rejected)))
+                continue
+            except SessionError as refusal:  # this append alone is refused; the others go on
+                refused.append((waiting, refusal))
+                continue
+            accepted.append((waiting, staged))
+            combined = staged if combined is None else chain(combined, staged)
+        return accepted, refused, combined
+
+    # -- snapshot and fork -----------------------------------------------------------------------------------------
+
+    async def snapshot(
+        self,
+        key: SessionKey,
+        *,
+        at_seq: int | None = None,
+        instance: str | None = None,
+        expected_seq: int | None = None,
+    ) -> Snapshot:
+        self._require_ready()
+        source = await self._live(key, SessionForkError)
+        check_live(source, instance, expected_seq, error=SessionForkError)
+        count = await self._seed_length(source, at_seq)
+        try:
+            seed = self.backend.chunks(key, source.header.instance, count)
+        except StaleHead:
+            raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found') from None
+        return Snapshot(source, seed, fork_lineage(source, count))
+
+    async def fork(
+        self,
+        key: SessionKey,
+        *,
+        child_id: str | None = None,
+        at_seq: int | None = None,
+        instance: str | None = None,
+        expected_seq: int | None = None,
+    ) -> Session:
+        self._require_ready()
+        if child_id is not None:
+            check_id(child_id, "sessionId")
+        child = SessionKey(key.tenant, child_id if child_id is not None else self._new_id())
+        return await self._locks.run(child, lambda: self._fork(key, child, at_seq, instance, expected_seq))
+
+    async def _fork(
+        self,
+        key: SessionKey,
+        child: SessionKey,
+        at_seq: int | None,
+        instance: str | None,
+        expected_seq: int | None,
+    ) -> Session:
+        if await self.backend.find(child) is not None:
+            raise SessionForkError(
+                ErrorCode.SESSION_ALREADY_EXISTS, f'session "{child.id}" already exists; pick another id or omit it'
+            )
+        source = await self._live(key, SessionForkError)
+        check_live(source, instance, expected_seq, error=SessionForkError)
+        count = await self._seed_length(source, at_seq)
+        lineage = lineage_attrs(fork_lineage(source, count))
+        seed = SeedPrefix(key, source.header.instance, count)
+        try:
+            return await self.backend.create(child, self._new_instance(), lineage, seed)
+        except StaleHead:
+            raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found') from None
+
+    # -- delete ----------------------------------------------------------------------------------------------------
+
+    async def delete(self, key: SessionKey) -> None:
+        self._require_ready()
+
+        async def work() -> None:
+            await self._live(key)
+            await self.backend.delete(key)
+
+        await self._locks.run(key, work)
+
+
+def _after(session: Session, staged: StagedEvents) -> Session:
+    return Session(session.key, session.header, head_of(staged.state))
+
+
+def _invalid_event(rejected: EventRejected) -> SessionError:
+    return SessionError(
+        ErrorCode.INVALID_EVENT,
+        f"event at index {rejected.index} is invalid: {rejected.reason}",
+        index=rejected.index,
+        reason=rejected.reason,
+    )

@@ -1,0 +1,75 @@
+"""The contract suite's backends: one fixture, one id per backend, each opened fresh for a test.
+
+A test asks for ``backend`` (opened) or for ``make_backend`` when it reopens the same store (durable backends only:
+``make_backend.durable`` says whether a reopened store keeps what was stored).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from app.backends.base import Backend
+from app.backends.files import FileBackend
+from app.backends.memory import MemoryBackend
+from app.service.sessions import wall_clock_ms
+
+BACKENDS = ["file", "memory"]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@dataclass
+class BackendFactory:
+    """Opens a backend of one kind on one store (a data directory); ``reopen`` closes it and opens it again."""
+
+    kind: str
+    place: Path
+    opened: list[Backend] = field(default_factory=list)
+
+    @property
+    def durable(self) -> bool:
+        return self.kind != "memory"
+
+    async def open(self) -> Backend:
+        backend: Backend
+        if self.kind == "file":
+            backend = FileBackend(self.place, clock=wall_clock_ms, sync=False)
+        else:
+            backend = MemoryBackend(clock=wall_clock_ms)
+        await backend.open()
+        self.opened.append(backend)
+        return backend
+
+    async def reopen(self, backend: Backend) -> Backend:
+        await backend.close()
+        self.opened.remove(backend)
+        return await self.open()
+
+    async def close_all(self) -> None:
+        for backend in self.opened:
+            await backend.close()
+        self.opened.clear()
+
+
+@pytest.fixture(params=BACKENDS)
+async def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BackendFactory]:
+    factory = BackendFactory(request.param, tmp_path / "store")
+    try:
+        yield factory
+    finally:
+        await factory.close_all()
+
+
+@pytest.fixture
+async def backend(make_backend: BackendFactory) -> Backend:
+    return await make_backend.open()
+
+
+Opener = Callable[[], Awaitable[Backend]]

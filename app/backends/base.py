@@ -12,7 +12,7 @@ Implementations: :class:`app.backends.memory.MemoryBackend` (this process's memo
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +24,8 @@ __all__ = [
     "ChangeListener",
     "CorruptEntry",
     "Readiness",
+    "Remember",
+    "Remembered",
     "Seed",
     "SeedLog",
     "SeedPrefix",
@@ -84,6 +86,32 @@ class Readiness:
 ChangeListener = Callable[[SessionKey], None]
 
 
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """An idempotent request's answer (spec 8), kept with the change it made, for at least 24 hours.
+
+    The change is that of session ``session`` (incarnation ``instance``): a create or fork made it with
+    ``end_seq`` events; an append added its events ``first_seq`` .. ``end_seq - 1``. A backend keeps the record
+    durably with the change, in the same transaction (or sync round): never one without the other.
+    """
+
+    tenant: str
+    key: str  # the Idempotency-Key
+    fingerprint: str  # a digest of the request's method, path and body bytes
+    status: int
+    location: str | None
+    body: bytes
+    created_at: int  # epoch ms
+    session: str
+    instance: str
+    first_seq: int
+    end_seq: int
+
+
+# Builds a create's (or fork's) record from the session it made (whose createdAt the backend assigns).
+Remember = Callable[[Session], Remembered]
+
+
 class Backend(Protocol):
     """Where sessions live. All methods may raise :class:`~app.backends.errors.StorageUnavailable`."""
 
@@ -134,14 +162,27 @@ class Backend(Protocol):
 
     # -- changes (serialized per session by the caller) ------------------------------------------------------------
 
-    async def create(self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed) -> Session:
+    async def create(
+        self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed, remember: Remember | None = None
+    ) -> Session:
         """Make a new live session; the backend assigns ``createdAt``. ``lineage`` holds
         :class:`~app.domain.session.SessionHeader` fields by attribute name. Raises
-        :class:`~app.backends.errors.AlreadyExists` if the id is live, ``SessionCorrupt`` if it is damaged."""
+        :class:`~app.backends.errors.AlreadyExists` if the id is live, ``SessionCorrupt`` if it is damaged. With
+        ``remember``, its record is kept with the session (:class:`~app.backends.errors.AlreadyRemembered` if that
+        tenant's key is kept already; then nothing is made)."""
 
-    async def append(self, key: SessionKey, staged: StagedEvents) -> None:
+    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[Remembered] = ()) -> None:
         """Store a checked batch after the log's last event, atomically (all of it, or none); ``staged.base_count``
-        must be the log's length, else :class:`~app.backends.errors.StaleHead`."""
+        must be the log's length, else :class:`~app.backends.errors.StaleHead`. The ``remember`` records are kept
+        with it (``AlreadyRemembered`` refuses the whole batch)."""
 
     async def delete(self, key: SessionKey) -> None:
         """Remove the live session; a session forked from it keeps its events."""
+
+    # -- idempotent retries (spec 8) ---------------------------------------------------------------------------------
+
+    async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
+        """The record kept for ``tenant``'s ``idempotency_key``, or None."""
+
+    async def forget(self, before: int) -> None:
+        """Drop the records made before ``before`` (epoch ms); their changes stay."""

@@ -6,6 +6,7 @@ these once, at its boundary.
     ├── SessionCorrupt           the session's stored log is damaged and kept out of service
     ├── AlreadyExists            a create found its id taken (by another process, on a shared store)
     ├── StaleHead                an append was staged on a head another process has moved since
+    ├── AlreadyRemembered        an idempotent change's key was kept already (by another process, on a shared store)
     └── StartRefused             the store will not open: the data directory is locked, unsafe, or too new
         ├── DataDirLocked        another process owns the data directory
         └── UnsafeDataDir        a folder of the data directory is a symlink or not a directory
@@ -17,6 +18,7 @@ from app.domain.errors import ErrorCode, ForklogError
 
 __all__ = [
     "AlreadyExists",
+    "AlreadyRemembered",
     "DataDirLocked",
     "SessionCorrupt",
     "StaleHead",
@@ -61,6 +63,12 @@ class AlreadyExists(StorageError):
 
 class StaleHead(StorageError):
     """The session's head moved (another process appended) since the batch was staged: stage it again."""
+
+
+class AlreadyRemembered(StorageError):
+    """An idempotent change found its key kept already: nothing was done; recall the record and answer with it."""
+
+    code = ErrorCode.IDEMPOTENCY_KEY_IN_PROGRESS
 
 
 class StartRefused(StorageError):

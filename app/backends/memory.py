@@ -6,16 +6,16 @@ for tests and trials (``FORKLOG_BACKEND=memory``); a restart starts empty.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from app.backends.base import ChangeListener, Readiness, Seed, SeedLog, Tip
+from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed, SeedLog, Tip
 from app.backends.catalog import Catalog, LiveSession
-from app.backends.errors import AlreadyExists, StaleHead
+from app.backends.errors import AlreadyExists, AlreadyRemembered, StaleHead
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionKey
 
-__all__ = ["MemoryBackend", "live_prefix"]
+__all__ = ["MemoryBackend", "RememberedRecords", "live_prefix"]
 
 CHUNK_BYTES = 4 * 1024 * 1024
 
@@ -37,11 +37,39 @@ async def log_chunks(log: SessionLog) -> AsyncIterator[bytes]:
         yield body[position : position + CHUNK_BYTES]
 
 
+class RememberedRecords:
+    """Idempotency records by (tenant, key), in memory."""
+
+    def __init__(self) -> None:
+        self._records: dict[tuple[str, str], Remembered] = {}
+
+    def get(self, tenant: str, key: str) -> Remembered | None:
+        return self._records.get((tenant, key))
+
+    def check_free(self, records: Iterable[Remembered]) -> None:
+        """AlreadyRemembered if any of ``records``' keys is kept already (then none of them may be kept)."""
+        for record in records:
+            if (record.tenant, record.key) in self._records:
+                raise AlreadyRemembered(f"the Idempotency-Key {record.key!r} was used already")
+
+    def add(self, records: Iterable[Remembered]) -> None:
+        for record in records:
+            self._records[(record.tenant, record.key)] = record
+
+    def forget(self, before: int) -> None:
+        for slot in [slot for slot, record in self._records.items() if record.created_at < before]:
+            del self._records[slot]
+
+    def __iter__(self) -> Iterator[Remembered]:
+        return iter(list(self._records.values()))
+
+
 class MemoryBackend:
     name = "memory"
 
     def __init__(self, clock: Callable[[], int]) -> None:
         self.catalog = Catalog(clock)
+        self.remembered = RememberedRecords()
 
     async def open(self) -> None:
         return None
@@ -90,21 +118,34 @@ class MemoryBackend:
 
     # -- changes ---------------------------------------------------------------------------------------------------
 
-    async def create(self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed) -> Session:
+    async def create(
+        self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed, remember: Remember | None = None
+    ) -> Session:
         if self.catalog.get(key) is not None:
             raise AlreadyExists(key.id)
         log = live_prefix(self.catalog, seed)
         live = LiveSession(key, self.catalog.new_header(key, instance, lineage), log)
+        records = [remember(live.view())] if remember is not None else []
+        self.remembered.check_free(records)
         self.catalog.add(live)
+        self.remembered.add(records)
         return live.view()
 
-    async def append(self, key: SessionKey, staged: StagedEvents) -> None:
+    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[Remembered] = ()) -> None:
         live = self.catalog.get(key)
         if live is None:
             raise StaleHead(f'session "{key.id}" is no longer live')
         if staged.base_count != len(live.log):
             raise StaleHead(f'session "{key.id}" has {len(live.log)} events, not the {staged.base_count} staged on')
+        self.remembered.check_free(remember)
         live.log.commit(staged)
+        self.remembered.add(remember)
 
     async def delete(self, key: SessionKey) -> None:
         self.catalog.remove(key)
+
+    async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
+        return self.remembered.get(tenant, idempotency_key)
+
+    async def forget(self, before: int) -> None:
+        self.remembered.forget(before)

@@ -11,11 +11,11 @@ import contextlib
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.backends.base import ChangeListener, CorruptEntry, Readiness, Seed, Tip
+from app.backends.base import ChangeListener, CorruptEntry, Readiness, Remember, Remembered, Seed, Tip
 from app.backends.catalog import Catalog, LiveSession
 from app.backends.errors import AlreadyExists, StaleHead, StorageUnavailable
 from app.backends.files.codec import encode_header
@@ -25,9 +25,9 @@ from app.backends.files.fileops import FileOps
 from app.backends.files.index import write_index
 from app.backends.files.recovery import Recovery, RecoveryReport
 from app.backends.files.writer import AppendWriter
-from app.backends.memory import live_prefix, log_chunks
+from app.backends.memory import RememberedRecords, live_prefix, log_chunks
 from app.domain.log import StagedEvents
-from app.domain.session import Session, SessionHeader, SessionKey
+from app.domain.session import Session, SessionHeader, SessionKey, head_of
 
 __all__ = ["FileBackend"]
 
@@ -56,6 +56,7 @@ class FileBackend:
         self.datadir = DataDir(data_dir, self.ops, sync=sync)
         self.datadir.lock()
         self.catalog = Catalog(clock)
+        self.remembered = RememberedRecords()
         self._cuts = CutRecords(self.ops, sync=sync)
         self._writer = AppendWriter(self.ops, self._cuts, sync=sync)
         self._corrupt: list[CorruptEntry] = []
@@ -156,11 +157,15 @@ class FileBackend:
 
     # -- create ----------------------------------------------------------------------------------------------------
 
-    async def create(self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed) -> Session:
+    async def create(
+        self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed, remember: Remember | None = None
+    ) -> Session:
         if self.catalog.get(key) is not None:
             raise AlreadyExists(key.id)
         log = live_prefix(self.catalog, seed)
         header = self.catalog.new_header(key, instance, lineage)
+        records = [remember(Session(key, header, head_of(log.state)))] if remember is not None else []
+        self.remembered.check_free(records)
         body = log.body_view()  # the new session is not live yet: nothing appends while it is written
         try:
             await asyncio.to_thread(self._create_file, key, header, body)
@@ -172,6 +177,7 @@ class FileBackend:
             body.release()
         live = LiveSession(key, header, log)
         self.catalog.add(live)
+        self.remembered.add(records)
         return live.view()
 
     def _create_file(self, key: SessionKey, header: SessionHeader, lines: bytes | memoryview) -> None:
@@ -204,12 +210,13 @@ class FileBackend:
 
     # -- append ----------------------------------------------------------------------------------------------------
 
-    async def append(self, key: SessionKey, staged: StagedEvents) -> None:
+    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[Remembered] = ()) -> None:
         live = self.catalog.get(key)
         if live is None:
             raise StaleHead(f'session "{key.id}" is no longer live')
         if staged.base_count != len(live.log):
             raise StaleHead(f'session "{key.id}" has {len(live.log)} events, not the {staged.base_count} staged on')
+        self.remembered.check_free(remember)
         space = self.datadir.space(key.tenant)
         await self._writer.append(
             space.log_path(key.id),
@@ -218,6 +225,7 @@ class FileBackend:
             cut_record=space.index / f"{key.id}{CUT_SUFFIX}",
         )
         live.log.commit(staged)
+        self.remembered.add(remember)
 
     # -- delete ----------------------------------------------------------------------------------------------------
 
@@ -229,6 +237,15 @@ class FileBackend:
         except OSError as exc:
             raise StorageUnavailable(f"the disk refused to delete session {key.id!r}: {exc.strerror}") from exc
         self.catalog.remove(key)
+
+    # -- idempotent retries ------------------------------------------------------------------------------------------
+    # TODO(issue 13): the records live in memory only for now; they are written to disk with their change next.
+
+    async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
+        return self.remembered.get(tenant, idempotency_key)
+
+    async def forget(self, before: int) -> None:
+        self.remembered.forget(before)
 
     def _delete_file(self, key: SessionKey) -> None:
         """Rename the file out of sessions/ (atomic), sync the folder, then unlink it."""

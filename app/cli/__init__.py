@@ -1,0 +1,1 @@
+"""The command line (spec 10): ``python -m app [serve|...]``, one module per command."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from app.domain.log import LogTip, SessionLog, StagedEvents
-from app.domain.session import Session, SessionKey
+from app.domain.session import Session, SessionHeader, SessionKey
 
 __all__ = [
     "Backend",
@@ -178,6 +178,14 @@ class Backend(Protocol):
 
     async def delete(self, key: SessionKey) -> None:
         """Remove the live session; a session forked from it keeps its events."""
+
+    async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
+        """Make a live session with exactly this header (its ``createdAt`` and ``instance`` kept) and events: an
+        import or a copy from another store. The ``createdAt`` of later creates still follows it. Raises
+        ``AlreadyExists`` if the id is live."""
+
+    async def tenants(self) -> list[str]:
+        """Every tenant that has at least one live session, sorted."""
 
     # -- idempotent retries (spec 8) ---------------------------------------------------------------------------------
 

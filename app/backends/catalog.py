@@ -128,6 +128,9 @@ class Catalog:
         if parent is not None:
             self._by_parent[(key.tenant, parent)].remove(live.order_key)
 
+    def tenants(self) -> list[str]:
+        return sorted(tenant for tenant, ordered in self._by_tenant.items() if ordered.keys)
+
     def quarantine(self, key: SessionKey, reason: str, *, created_at: int | None = None) -> None:
         """Keep a damaged session out of service; its ``created_at`` (if its header was read) still counts."""
         self._corrupt[key] = reason

@@ -13,7 +13,7 @@ from app.backends.base import ChangeListener, Readiness, Remember, Remembered, S
 from app.backends.catalog import Catalog, LiveSession
 from app.backends.errors import AlreadyExists, AlreadyRemembered, StaleHead
 from app.domain.log import SessionLog, StagedEvents
-from app.domain.session import Session, SessionKey
+from app.domain.session import Session, SessionHeader, SessionKey
 
 __all__ = ["MemoryBackend", "RememberedRecords", "live_prefix"]
 
@@ -143,6 +143,16 @@ class MemoryBackend:
 
     async def delete(self, key: SessionKey) -> None:
         self.catalog.remove(key)
+
+    async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
+        if self.catalog.get(key) is not None:
+            raise AlreadyExists(key.id)
+        live = LiveSession(key, header, log)
+        self.catalog.add(live)
+        return live.view()
+
+    async def tenants(self) -> list[str]:
+        return self.catalog.tenants()
 
     async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
         return self.remembered.get(tenant, idempotency_key)

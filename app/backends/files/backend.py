@@ -26,7 +26,7 @@ from app.backends.files.index import write_index
 from app.backends.files.recovery import Recovery, RecoveryReport
 from app.backends.files.writer import AppendWriter
 from app.backends.memory import RememberedRecords, live_prefix, log_chunks
-from app.domain.log import StagedEvents
+from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey, head_of
 
 __all__ = ["FileBackend"]
@@ -166,6 +166,19 @@ class FileBackend:
         header = self.catalog.new_header(key, instance, lineage)
         records = [remember(Session(key, header, head_of(log.state)))] if remember is not None else []
         self.remembered.check_free(records)
+        return await self._make(key, header, log, records)
+
+    async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
+        if self.catalog.get(key) is not None:
+            raise AlreadyExists(key.id)
+        return await self._make(key, header, log, [])
+
+    async def tenants(self) -> list[str]:
+        return self.catalog.tenants()
+
+    async def _make(
+        self, key: SessionKey, header: SessionHeader, log: SessionLog, records: list[Remembered]
+    ) -> Session:
         body = log.body_view()  # the new session is not live yet: nothing appends while it is written
         try:
             await asyncio.to_thread(self._create_file, key, header, body)

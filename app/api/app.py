@@ -62,7 +62,8 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     app.state.service = service
     install_problem_handlers(app, [route for router in routers for route in router.routes])
     for router in routers:
-        app.include_router(router)
+        # The routes themselves, not the routers: FastAPI matches an included router as one more level per request.
+        app.router.routes.extend(router.routes)
     # Without keys only this machine is served: foreign Hosts and cross-site changes are refused first.
     app.add_middleware(LoopbackGuard, allowed_hosts=settings.allowed_hosts, allowed_origins=settings.cors_origins)
     app.add_middleware(AccessLog)

@@ -1,9 +1,10 @@
 """How a route is called: every endpoint takes the request and returns a finished response.
 
-FastAPI's own route handler solves dependencies and serializes response models on every request; forklog's
-endpoints need neither (they parse with :mod:`app.api.requests` and write their own bytes), so :class:`PlainRoute`
-calls the endpoint directly. It is still an ``APIRoute``: the router matches it and the OpenAPI document describes
-it like any other, and errors reach the app's registered problem handlers.
+FastAPI's own route handler solves dependencies, serializes response models and keeps per-request exit stacks;
+forklog's endpoints need none of it (they parse with :mod:`app.api.requests` and write their own bytes), so a
+:class:`PlainRoute` is matched and called as a plain Starlette route: Starlette's ``request_response``, which sends
+every error to the app's registered problem handlers. It is still an ``APIRoute``, so the OpenAPI document describes
+it like any other.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
+from starlette.routing import Route, request_response
 
 from app.api.body import JsonBody, read_body
 from app.api.settings import Settings
@@ -21,15 +23,38 @@ from app.domain.ids import check_id
 from app.domain.session import DEFAULT_TENANT, SessionKey
 from app.service.sessions import SessionService
 
-__all__ = ["PlainRoute", "body_of", "json_response", "key_of", "service_of", "settings_of", "tenant_of"]
+__all__ = [
+    "PlainRoute",
+    "body_of",
+    "json_response",
+    "key_of",
+    "new_router",
+    "service_of",
+    "settings_of",
+    "tenant_of",
+]
 
 Endpoint = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
 class PlainRoute(APIRoute):
+    def __init__(self, path: str, endpoint: Endpoint, **options: Any) -> None:
+        super().__init__(path, endpoint, **options)
+        self.app = request_response(endpoint)
+
     def get_route_handler(self) -> Endpoint:
         endpoint: Endpoint = self.endpoint
         return endpoint
+
+    # Starlette's matching: FastAPI's adds a per-request lookup of included-router contexts that these routes,
+    # added to the app directly, never have.
+    matches = Route.matches
+    handle = Route.handle
+
+
+def new_router() -> APIRouter:
+    """A router of plain routes whose operationIds are the endpoints' names (stable for generated clients)."""
+    return APIRouter(route_class=PlainRoute, generate_unique_id_function=lambda route: route.name)
 
 
 def service_of(request: Request) -> SessionService:

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import Response
 
 from app.api.openapi import operation
 from app.api.requests import APPEND, READ_QUERY
-from app.api.routing import PlainRoute, body_of, json_response, key_of, service_of
+from app.api.routing import body_of, json_response, key_of, new_router, service_of
 from app.api.schemas import AppendResponse, EventsPage
 from app.api.wire import json_array, session_payload
 
 __all__ = ["router"]
 
-router = APIRouter(route_class=PlainRoute)
+router = new_router()
 
 
 @router.post(

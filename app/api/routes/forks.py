@@ -5,18 +5,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from app.api.openapi import operation
 from app.api.requests import FORK, SNAPSHOT
-from app.api.routing import PlainRoute, body_of, json_response, key_of, service_of
+from app.api.routing import body_of, json_response, key_of, new_router, service_of
 from app.api.schemas import SessionOut, SnapshotOut
 from app.api.wire import session_json, session_payload
 
 __all__ = ["router"]
 
-router = APIRouter(route_class=PlainRoute)
+router = new_router()
 
 _NEWLINES_TO_COMMAS = bytes.maketrans(b"\n", b",")
 

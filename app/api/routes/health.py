@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import Response
 
 from app.api.openapi import operation
-from app.api.routing import PlainRoute, json_response, service_of
+from app.api.routing import json_response, new_router, service_of
 from app.api.schemas import Health, Ready
 
 __all__ = ["router"]
 
-router = APIRouter(route_class=PlainRoute)
+router = new_router()
 
 
 @router.get("/healthz", summary="Liveness: always ok while the process serves", **operation(Health))

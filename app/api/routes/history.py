@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import Response
 
 from app.api.openapi import operation
 from app.api.requests import HISTORY_QUERY
-from app.api.routing import PlainRoute, json_response, key_of, service_of
+from app.api.routing import json_response, key_of, new_router, service_of
 from app.api.schemas import History
 from app.domain.jsonvalue import dumps
 
 __all__ = ["router"]
 
-router = APIRouter(route_class=PlainRoute)
+router = new_router()
 
 
 @router.get(

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import Response
 
 from app.api.openapi import operation
 from app.api.requests import CREATE, LIST_QUERY
-from app.api.routing import PlainRoute, body_of, json_response, key_of, service_of, tenant_of
+from app.api.routing import body_of, json_response, key_of, new_router, service_of, tenant_of
 from app.api.schemas import SessionOut, SessionPage
 from app.api.wire import decode_cursor, encode_cursor, session_json, session_payload
 
 __all__ = ["router"]
 
-router = APIRouter(route_class=PlainRoute)
+router = new_router()
 
 
 @router.post(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -15,6 +16,7 @@ __all__ = [
     "decode_cursor",
     "encode_cursor",
     "json_array",
+    "json_array_pieces",
     "session_json",
     "session_payload",
 ]
@@ -57,6 +59,23 @@ def json_array(lines: bytes) -> bytes:
     if not lines:
         return b"[]"
     return b"[" + lines[:-1].replace(b"\n", b",") + b"]"
+
+
+_NEWLINES_TO_COMMAS = bytes.maketrans(b"\n", b",")
+
+
+async def json_array_pieces(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Stored JSONL lines, arriving in pieces cut anywhere, as the pieces of one JSON array: newline for comma is a
+    byte for a byte, and the last newline closes nothing."""
+    yield b"["
+    pending = b""
+    async for piece in lines:
+        if pending:
+            yield pending.translate(_NEWLINES_TO_COMMAS)
+        pending = piece
+    if pending:
+        yield pending[:-1].translate(_NEWLINES_TO_COMMAS)
+    yield b"]"
 
 
 def encode_cursor(key: tuple[int, str]) -> str:

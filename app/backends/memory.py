@@ -32,9 +32,8 @@ def live_prefix(catalog: Catalog, seed: Seed) -> SessionLog:
 
 async def log_chunks(log: SessionLog) -> AsyncIterator[bytes]:
     """A log's JSONL lines, a piece at a time."""
-    body = log.lines()
-    for position in range(0, len(body), CHUNK_BYTES):
-        yield body[position : position + CHUNK_BYTES]
+    for piece in log.line_chunks(CHUNK_BYTES):
+        yield piece
 
 
 class RememberedRecords:

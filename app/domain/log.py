@@ -62,9 +62,6 @@ class StagedEvents:
     checkpoints: dict[int, Checkpoint] = field(default_factory=dict)
 
 
-_NEWLINES_TO_COMMAS = bytes.maketrans(b"\n", b",")
-
-
 def chain(first: StagedEvents, second: StagedEvents) -> StagedEvents:
     """One batch of ``first`` then ``second`` (staged ``after=first``): committed, and written, at once."""
     if second.base_count != first.base_count + len(first.events):
@@ -128,18 +125,17 @@ class SessionLog:
         # A stored line never holds a raw newline (JSON escapes them in strings), so newlines separate events.
         return b"[" + body[:-1].replace(b"\n", b",") + b"]"
 
-    def json_array_chunks(self, chunk_bytes: int = 4 * 1024 * 1024) -> Iterator[bytes | memoryview]:
-        """The whole log as one JSON array, in pieces of about ``chunk_bytes`` (a large log is never built whole).
+    def line_chunks(self, chunk_bytes: int = 4 * 1024 * 1024) -> Iterator[bytes]:
+        """The stored lines in pieces of about ``chunk_bytes`` (cut anywhere), so a large log is never copied whole.
 
-        Only for a log nobody appends to while it is read (a snapshot's seed).
+        Only for a log nobody appends to while it is read (a prefix taken for a snapshot's seed).
         """
-        yield b"["
-        total = len(self._body)
-        for position in range(0, total, chunk_bytes):
-            piece = self._body[position : position + chunk_bytes].translate(_NEWLINES_TO_COMMAS)
-            # Newline for comma is a byte for a byte, so any cut works; the log's last newline closes nothing.
-            yield memoryview(piece)[:-1] if position + chunk_bytes >= total else memoryview(piece)
-        yield b"]"
+        body = memoryview(self._body)
+        try:
+            for position in range(0, len(body), chunk_bytes):
+                yield bytes(body[position : position + chunk_bytes])
+        finally:
+            body.release()
 
     def event(self, seq: int) -> dict[str, Any]:
         return orjson.loads(self._body[self._start(seq) : self._ends[seq]])  # type: ignore[no-any-return]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 import orjson
 import pytest
 
+from app.api.wire import json_array_pieces
 from app.domain.log import SessionLog
 from tests.domain.builders import turns
 
@@ -18,9 +22,18 @@ def log_of(count: int) -> SessionLog:
 
 @pytest.mark.parametrize("chunk_bytes", [1, 7, 64, 4096, 1 << 22])
 @pytest.mark.parametrize("turn_count", [0, 1, 5])
-def test_the_array_in_pieces_is_the_whole_array(chunk_bytes: int, turn_count: int) -> None:
+def test_the_lines_in_pieces_are_the_whole_lines_and_as_an_array_the_events(chunk_bytes: int, turn_count: int) -> None:
     log = log_of(turn_count)
-    pieces = b"".join(bytes(piece) for piece in log.json_array_chunks(chunk_bytes))
-    assert pieces == log.json_array()
-    assert orjson.loads(pieces) == log.events()
-    assert len(orjson.loads(pieces)) == len(log)
+    pieces = list(log.line_chunks(chunk_bytes))
+    assert b"".join(pieces) == log.lines()
+
+    async def as_array() -> bytes:
+        async def lines() -> AsyncIterator[bytes]:
+            for piece in pieces:
+                yield piece
+
+        return b"".join([piece async for piece in json_array_pieces(lines())])
+
+    array = asyncio.run(as_array())
+    assert array == log.json_array()
+    assert orjson.loads(array) == log.events()

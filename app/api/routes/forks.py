@@ -12,13 +12,11 @@ from app.api.openapi import operation
 from app.api.requests import FORK, SNAPSHOT
 from app.api.routing import body_of, json_response, key_of, new_router, service_of
 from app.api.schemas import SessionOut, SnapshotOut
-from app.api.wire import session_json, session_payload
+from app.api.wire import json_array_pieces, session_json, session_payload
 
 __all__ = ["router"]
 
 router = new_router()
-
-_NEWLINES_TO_COMMAS = bytes.maketrans(b"\n", b",")
 
 
 @router.post(
@@ -34,17 +32,11 @@ async def snapshot_session(request: Request) -> Response:
     )
 
     async def pieces() -> AsyncIterator[bytes]:
-        # The seed is sent a piece at a time: a large one is never built whole. Newline for comma is a byte for a
-        # byte, so the pieces can be cut anywhere; the last newline of the seed closes nothing.
-        yield b'{"source":' + orjson.dumps(session_json(snapshot.source)) + b',"seed":['
-        pending = b""
-        async for chunk in snapshot.seed:
-            if pending:
-                yield pending.translate(_NEWLINES_TO_COMMAS)
-            pending = chunk
-        if pending:
-            yield pending[:-1].translate(_NEWLINES_TO_COMMAS)
-        yield b'],"meta":' + orjson.dumps(snapshot.meta) + b"}"
+        # The seed is sent a piece at a time: a large one is never built whole.
+        yield b'{"source":' + orjson.dumps(session_json(snapshot.source)) + b',"seed":'
+        async for piece in json_array_pieces(snapshot.seed):
+            yield piece
+        yield b',"meta":' + orjson.dumps(snapshot.meta) + b"}"
 
     return StreamingResponse(pieces(), media_type="application/json")
 

@@ -24,10 +24,11 @@ PARSED_INLINE_BYTES = 256 * 1024
 
 @dataclass(slots=True)
 class JsonBody:
-    """A parsed object body and the lossless breaks found in it (usually none)."""
+    """A parsed object body, the lossless breaks found in it (usually none), and its bytes as they came."""
 
     members: dict[str, Any]
     breaks: list[Break] = field(default_factory=list)
+    raw: bytes = b""
 
     def element_breaks(self, member: str) -> dict[int, str]:
         """The first break inside each element of the array ``member``, by index."""
@@ -130,4 +131,4 @@ async def read_body(request: Request, *, limit: int, empty_is_object: bool, read
         raise invalid_request("", root_break.reason)
     if not isinstance(value, dict):
         raise invalid_request("", "the body must be a JSON object")
-    return JsonBody(value, breaks)
+    return JsonBody(value, breaks, raw)

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 import uvicorn
+from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from app.api.problems import PROBLEM_JSON, problem_body
 from app.api.settings import Settings
 from app.domain.errors import ErrorCode
 
-__all__ = ["limited_protocol", "serve"]
+__all__ = ["ForklogServer", "limited_protocol", "serve"]
 
 log = logging.getLogger("forklog.http")
 
@@ -128,9 +131,22 @@ def limited_protocol(*, max_header_bytes: int, read_timeout: float) -> type[Http
     return LimitedProtocol
 
 
-def serve(app: Any, settings: Settings) -> None:
+class ForklogServer(uvicorn.Server):
+    """uvicorn's server, telling the app when a shutdown begins: open streams and long-polls end at once instead of
+    holding the shutdown for its whole grace period (uvicorn itself only waits for them, then cancels them)."""
+
+    def __init__(self, config: uvicorn.Config, on_stopping: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_stopping = on_stopping
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._on_stopping()
+        await super().shutdown(sockets)
+
+
+def serve(app: FastAPI, settings: Settings) -> None:
     """Run ``app`` until SIGINT/SIGTERM; a shutdown waits at most ``settings.shutdown_grace`` for requests."""
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -140,3 +156,4 @@ def serve(app: Any, settings: Settings) -> None:
         http=limited_protocol(max_header_bytes=settings.max_header_bytes, read_timeout=settings.read_timeout),
         timeout_graceful_shutdown=settings.shutdown_grace,
     )
+    ForklogServer(config, on_stopping=app.state.service.stopping).run()

@@ -42,6 +42,7 @@ def operation(
     query: QueryShape | None = None,
     problems: tuple[int, ...] = (),
     created: bool = False,
+    stream: bool = False,
 ) -> dict[str, Any]:
     """The route decorator's documentation arguments: answer model, query parameters, body and problem answers
     (the path's ``{id}`` is declared by :func:`build_document`)."""
@@ -62,6 +63,11 @@ def operation(
     if created:
         location = {"description": "the new session: /sessions/{id}", "schema": {"type": "string"}}
         responses[201] = {"description": "created", "headers": {"Location": location}}
+    if stream:
+        responses[200] = {
+            "description": "server-sent events: id = seq, data = the event's JSON; event: deleted at the end",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
     arguments: dict[str, Any] = {"responses": responses, "openapi_extra": extra}
     if model is not None:
         arguments["response_model"] = model

@@ -29,10 +29,12 @@ __all__ = [
     "MAX_APPEND_EVENTS",
     "READ_QUERY",
     "SNAPSHOT",
+    "STREAM_QUERY",
     "BodyShape",
     "Kind",
     "Member",
     "QueryShape",
+    "last_event_id",
 ]
 
 MAX_APPEND_EVENTS = 1000
@@ -217,6 +219,20 @@ class QueryShape:
         return [parameter.openapi() for parameter in self.parameters]
 
 
+_DIGITS = re.compile(r"[0-9]{1,16}")
+
+
+def last_event_id(raw: str | None) -> int | None:
+    """The ``Last-Event-ID`` header of a stream that resumes: the ``id:`` of the last event received, which the
+    stream sends as decimal digits, and only that (an EventSource sends back exactly what it got)."""
+    if raw is None:
+        return None
+    text = raw.strip()
+    if _DIGITS.fullmatch(text) is None or int(text) > MAX_SAFE_INTEGER:
+        raise invalid_request("Last-Event-ID", "must be the id of an event received: a seq in decimal digits")
+    return int(text)
+
+
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 
 
@@ -298,6 +314,27 @@ READ_QUERY = QueryShape(
     (
         QueryParameter("from", Kind.INTEGER, "the first seq", default=0, minimum=0, maximum=MAX_SAFE_INTEGER),
         QueryParameter("limit", Kind.INTEGER, "at most this many events", default=1000, minimum=1, maximum=10000),
+        QueryParameter(
+            "waitMs",
+            Kind.INTEGER,
+            "when no event at from or after is stored yet, wait up to this many ms for one (a long-poll)",
+            default=0,
+            minimum=0,
+            maximum=60000,
+        ),
+    )
+)
+STREAM_QUERY = QueryShape(
+    (
+        QueryParameter(
+            "from",
+            Kind.INTEGER,
+            "the first seq to send (a Last-Event-ID header wins)",
+            default=0,
+            minimum=0,
+            maximum=MAX_SAFE_INTEGER,
+        ),
+        QueryParameter("instance", Kind.STRING, "the session incarnation the client has seen"),
     )
 )
 HISTORY_QUERY = QueryShape(

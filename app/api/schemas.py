@@ -18,6 +18,7 @@ __all__ = [
     "EventsPage",
     "Health",
     "History",
+    "Lineage",
     "NewEvent",
     "Problem",
     "Ready",
@@ -118,6 +119,12 @@ class EventsPage(BaseModel):
     events: list[Event]
     nextSeq: int
     eventCount: int
+
+
+class Lineage(BaseModel):
+    ancestors: list[SessionOut]
+    children: list[SessionOut]
+    missingAncestor: str | None
 
 
 class History(BaseModel):

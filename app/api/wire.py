@@ -10,9 +10,13 @@ import orjson
 
 from app.api.problems import invalid_request
 from app.domain.session import HEADER_FIELDS, Session
+from app.service.idempotency import Answer
+from app.service.sessions import Appended
 
 __all__ = [
     "SESSION_MEMBERS",
+    "appended_answer",
+    "created_answer",
     "decode_cursor",
     "encode_cursor",
     "json_array",
@@ -51,6 +55,17 @@ def session_json(session: Session) -> dict[str, Any]:
 
 def session_payload(session: Session) -> bytes:
     return orjson.dumps(session_json(session))
+
+
+def created_answer(session: Session) -> Answer:
+    """The answer to a create or a fork: 201, the new session's Location and the Session resource."""
+    return Answer(201, f"/sessions/{session.id}", session_payload(session))
+
+
+def appended_answer(appended: Appended) -> Answer:
+    """The answer to an append: 201 and ``{events, session}``, the events as stored."""
+    body = b'{"events":' + json_array(appended.lines) + b',"session":' + session_payload(appended.session) + b"}"
+    return Answer(201, None, body)
 
 
 def json_array(lines: bytes) -> bytes:

@@ -4,7 +4,8 @@
     ├── DomainError                  the domain's own refusals (this module)
     │   ├── SessionError             a session operation refused by the rules of spec 2 (ids, liveness, seeds)
     │   │   └── SessionForkError     the RFC's: a snapshot or fork refused (boundary, source, child id)
-    │   ├── InvalidId                an id that breaks the id rule (INVALID_REQUEST, naming the field)
+    │   ├── InvalidValue             a request value the rules refuse (INVALID_REQUEST, naming the field)
+    │   │   └── InvalidId            an id that breaks the id rule
     │   └── EventRejected            one event breaks a rule; turned into INVALID_EVENT or INVALID_SEED
     ├── StorageError                 app.backends.errors
     ├── ServiceError                 app.service.errors
@@ -25,6 +26,7 @@ __all__ = [
     "EventRejected",
     "ForklogError",
     "InvalidId",
+    "InvalidValue",
     "SessionError",
     "SessionForkError",
 ]
@@ -92,13 +94,20 @@ class SessionForkError(SessionError):
     SESSION_NOT_FOUND, SESSION_NOT_LIVE, SESSION_ALREADY_EXISTS) and forklog's INVALID_BOUNDARY and SEQ_CONFLICT."""
 
 
-class InvalidId(DomainError):
-    """An id (the path's, ``sessionId``, ``?parent=``...) that breaks the id rule of spec 2.1."""
+class InvalidValue(DomainError):
+    """A value of the request that the rules refuse, named by ``field`` (a seq beyond the log, say)."""
 
     code = ErrorCode.INVALID_REQUEST
 
+    def __init__(self, field: str, detail: str, reason: str | None = None) -> None:
+        super().__init__(detail, field=field, reason=reason or detail)
+
+
+class InvalidId(InvalidValue):
+    """An id (the path's, ``sessionId``, ``?parent=``...) that breaks the id rule of spec 2.1."""
+
     def __init__(self, field: str, detail: str) -> None:
-        super().__init__(detail, field=field, reason="not a valid session id")
+        super().__init__(field, detail, "not a valid session id")
 
 
 class EventRejected(DomainError):

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from app.backends.base import Remembered
 from app.domain.session import SessionKey
 from app.service.locks import KeyedLocks
 
@@ -23,13 +24,16 @@ R = TypeVar("R")
 
 @dataclass(slots=True)
 class WaitingAppend(Generic[R]):
-    """One append request waiting for its session's next batch."""
+    """One append request waiting for its session's next batch; ``record`` makes its idempotency record from its
+    answer (when it carried a key, ``claimed`` names it)."""
 
     events: Sequence[Any]
     expected_seq: int | None
     instance: str | None
     breaks: dict[int, str] | None
     answer: asyncio.Future[R]
+    record: Callable[[R], Remembered] | None = None
+    claimed: tuple[str, str] | None = None
 
     def succeed(self, result: R) -> None:
         if not self.answer.done():
@@ -62,9 +66,11 @@ class AppendQueue(Generic[R]):
         expected_seq: int | None,
         instance: str | None,
         breaks: dict[int, str] | None,
+        record: Callable[[R], Remembered] | None = None,
+        claimed: tuple[str, str] | None = None,
     ) -> R:
         waiting: WaitingAppend[R] = WaitingAppend(
-            events, expected_seq, instance, breaks, asyncio.get_running_loop().create_future()
+            events, expected_seq, instance, breaks, asyncio.get_running_loop().create_future(), record, claimed
         )
         queue = self._waiting.get(key)
         if queue is not None:

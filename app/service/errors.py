@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from app.domain.errors import ErrorCode, ForklogError
 
-__all__ = ["NotReady", "ServiceError"]
+__all__ = ["IdempotencyKeyInProgress", "IdempotencyKeyReused", "NotReady", "ServiceError"]
 
 
 class ServiceError(ForklogError):
@@ -22,3 +22,21 @@ class NotReady(ServiceError):
 
     def __init__(self, detail: str = "the store is still recovering its sessions; retry in a moment") -> None:
         super().__init__(detail)
+
+
+class IdempotencyKeyInProgress(ServiceError):
+    """A request with this Idempotency-Key is running now; retry once it has answered."""
+
+    code = ErrorCode.IDEMPOTENCY_KEY_IN_PROGRESS
+
+    def __init__(self) -> None:
+        super().__init__("the first request with this Idempotency-Key is still running; retry in a moment")
+
+
+class IdempotencyKeyReused(ServiceError):
+    """The Idempotency-Key was used for another request (method, path or body)."""
+
+    code = ErrorCode.IDEMPOTENCY_KEY_REUSED
+
+    def __init__(self) -> None:
+        super().__init__("this Idempotency-Key came with another method, path or body; use a new key for a new request")

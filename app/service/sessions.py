@@ -12,23 +12,34 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from app.backends.base import Backend, Readiness, SeedLog, SeedPrefix, Tip
-from app.backends.errors import StaleHead
+from app.backends.base import Backend, Readiness, Remember, Remembered, SeedLog, SeedPrefix, Tip
+from app.backends.errors import AlreadyRemembered, SessionCorrupt, StaleHead
 from app.domain.boundary import fork_lineage, seed_length
-from app.domain.errors import ErrorCode, EventRejected, SessionError, SessionForkError
+from app.domain.errors import ErrorCode, EventRejected, InvalidValue, SessionError, SessionForkError
 from app.domain.ids import check_id, new_instance, new_session_id
 from app.domain.log import StagedEvents, chain, seed_log, stage
 from app.domain.session import Session, SessionKey, check_live, check_meta, head_of, lineage_attrs
 from app.service.appends import AppendQueue, WaitingAppend
+from app.service.changes import ChangeFeed
 from app.service.errors import NotReady
+from app.service.idempotency import Answer, Claim, IdempotencyGate, IdempotentRequest
 from app.service.locks import KeyedLocks
 
-__all__ = ["Appended", "Lifecycle", "SessionService", "Snapshot", "wall_clock_ms"]
+__all__ = [
+    "Appended",
+    "Deleted",
+    "Lifecycle",
+    "Lineage",
+    "SessionService",
+    "Snapshot",
+    "TailEvents",
+    "wall_clock_ms",
+]
 
 logger = logging.getLogger("forklog.service")
 
@@ -36,6 +47,13 @@ logger = logging.getLogger("forklog.service")
 SEED_EVENTS_CHECKED_INLINE = 1000
 # How often an append is checked again after another process moved the session's head under it.
 STALE_RETRIES = 16
+# A live tail reads at most this many events at a time: a reader that falls behind costs one such batch.
+TAIL_BATCH = 128
+# How long a live tail waits without news before it looks at its session again (the backend reports every change;
+# this only bounds what a lost report could cost).
+TAIL_RECHECK_SECONDS = 30.0
+# At most this many children are listed by a lineage (spec 7); GET /sessions?parent= pages further.
+LINEAGE_CHILDREN = 1000
 
 
 def wall_clock_ms() -> int:
@@ -67,6 +85,28 @@ class Snapshot:
     meta: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class TailEvents:
+    """Events of a live tail: the JSONL lines of events ``first_seq`` onward."""
+
+    first_seq: int
+    lines: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """The tailed session was deleted (or replaced by a new incarnation): the tail ends."""
+
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    ancestors: list[Session]
+    children: list[Session]
+    missing_ancestor: str | None
+
+
 def _replace_targets(batches: Iterable[Sequence[Any]]) -> set[int]:
     """Seqs a ``tool/result`` replace may compare with: the ``start`` of every replace surfaceOp in the batches."""
     wanted: set[int] = set()
@@ -94,6 +134,9 @@ class SessionService:
         self.lifecycle = Lifecycle.STARTING
         self._locks: KeyedLocks[SessionKey] = KeyedLocks()
         self._appends: AppendQueue[Appended] = AppendQueue(self._locks, self._append_batch)
+        self.changes = ChangeFeed()
+        self.idempotency = IdempotencyGate(backend, clock)
+        backend.listen(self.changes.changed)
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
@@ -106,11 +149,18 @@ class SessionService:
             logger.critical("the store failed to open; the service stays NOT_READY", exc_info=True)
             raise
         self.lifecycle = Lifecycle.READY
+        self.idempotency.start_sweeping()
+
+    def stopping(self) -> None:
+        """The server begins to shut down: live tails and long-polls end now, so that nothing waits for them."""
+        self.changes.close()
 
     async def stop(self) -> None:
         """Finish the appends handed over, then close the backend."""
         was_ready = self.lifecycle is Lifecycle.READY
         self.lifecycle = Lifecycle.STOPPED
+        self.changes.close()
+        await self.idempotency.stop_sweeping()
         if was_ready:
             await self._appends.drained()
         await self.backend.close()
@@ -122,6 +172,14 @@ class SessionService:
     def _require_ready(self) -> None:
         if self.lifecycle is not Lifecycle.READY:
             raise NotReady()
+
+    async def idempotently(
+        self, request: IdempotentRequest | None, work: Callable[[Claim | None], Awaitable[Answer]]
+    ) -> tuple[Answer, bool]:
+        """Run a change at most once per ``Idempotency-Key`` (spec 8): ``work``'s answer, or the answer kept for an
+        earlier request with the key (then True). Readiness is checked first, the key's state next."""
+        self._require_ready()
+        return await self.idempotency.run(request, work)
 
     async def readiness(self) -> Readiness:
         self._require_ready()
@@ -151,11 +209,19 @@ class SessionService:
         last = sessions[limit - 1].header
         return sessions[:limit], (last.created_at, last.id)
 
-    async def read(self, key: SessionKey, start: int, limit: int) -> tuple[bytes, int]:
-        """The JSONL lines of up to ``limit`` events from ``start``, and the log's length."""
+    async def read(self, key: SessionKey, start: int, limit: int, *, wait_ms: int = 0) -> tuple[bytes, int]:
+        """The JSONL lines of up to ``limit`` events from ``start``, and the log's length. With ``wait_ms``, when the
+        log holds no event at ``start`` or after, wait up to that long for one (a long-poll, spec 7)."""
         self._require_ready()
-        session = await self._live(key)
-        count = session.head.count
+        deadline = asyncio.get_running_loop().time() + wait_ms / 1000
+        while True:
+            ticket = self.changes.ticket(key)
+            session = await self._live(key)
+            count = session.head.count
+            left = deadline - asyncio.get_running_loop().time()
+            if start < count or left <= 0 or self.changes.closed:
+                break
+            await ticket.wait(left)
         lines = await self.backend.read(key, start, min(count, start + limit)) if start < count else b""
         return lines, count
 
@@ -174,6 +240,79 @@ class SessionService:
             await self._seed_length(session, at_seq)
         return await self.backend.history(key, at_seq), session.head.count
 
+    async def tail(
+        self,
+        key: SessionKey,
+        *,
+        start: int = 0,
+        last_event_id: int | None = None,
+        instance: str | None = None,
+    ) -> AsyncIterator[TailEvents | Deleted]:
+        """A live tail (spec 7): every event from ``start`` (or after ``last_event_id``, which wins), then each new
+        one as it is stored, until the session is deleted (a last :class:`Deleted`) or the service stops. Refusals
+        come before the first item, when this is called."""
+        self._require_ready()
+        session = await self._live(key)
+        if instance is not None and instance != session.header.instance:
+            raise SessionError(
+                ErrorCode.SESSION_NOT_LIVE,
+                f'instance "{instance}" is not the live incarnation of session "{key.id}"; re-read the session',
+            )
+        count = session.head.count
+        if last_event_id is not None:
+            if last_event_id >= count:
+                detail = f"Last-Event-ID {last_event_id} is not an event of the session (it has {count}); reconnect"
+                raise InvalidValue("Last-Event-ID", detail, "beyond the log")
+            start = last_event_id + 1
+        elif start > count:
+            detail = f"from {start} is beyond the log's length {count}; pick a seq up to it"
+            raise InvalidValue("from", detail, "beyond the log")
+        return self._follow(key, session.header.instance, start)
+
+    async def _follow(self, key: SessionKey, instance: str, position: int) -> AsyncIterator[TailEvents | Deleted]:
+        while True:
+            ticket = self.changes.ticket(key)
+            try:
+                session = await self.backend.find(key)
+            except SessionCorrupt:
+                session = None
+            if session is None or session.header.instance != instance:
+                yield Deleted(key.id)
+                return
+            count = session.head.count
+            if position < count:
+                lines = await self.backend.read(key, position, min(count, position + TAIL_BATCH))
+                if lines:
+                    yield TailEvents(position, lines)
+                    position += lines.count(b"\n")
+                    continue
+            if self.changes.closed:
+                return
+            await ticket.wait(TAIL_RECHECK_SECONDS)
+
+    async def lineage(self, key: SessionKey) -> Lineage:
+        """The session's ancestors while each parent is live (a cycle stops before an id already listed), the first
+        parent that is not live, and its children in list order (spec 7)."""
+        self._require_ready()
+        session = await self._live(key)
+        ancestors: list[Session] = []
+        seen = {key.id}
+        missing: str | None = None
+        parent = session.header.parent_session
+        while parent is not None and parent not in seen:
+            try:
+                found = await self.backend.find(SessionKey(key.tenant, parent))
+            except SessionCorrupt:
+                found = None
+            if found is None:
+                missing = parent
+                break
+            ancestors.append(found)
+            seen.add(parent)
+            parent = found.header.parent_session
+        children = await self.backend.page(key.tenant, parent=key.id, after=None, limit=LINEAGE_CHILDREN)
+        return Lineage(ancestors, children, missing)
+
     # -- create ----------------------------------------------------------------------------------------------------
 
     async def create(
@@ -184,16 +323,25 @@ class SessionService:
         meta: dict[str, Any] | None,
         *,
         seed_breaks: dict[int, str] | None = None,
+        remember: Remember | None = None,
     ) -> Session:
-        """A new session from ``seed`` with ``meta`` (its keys already checked): id taken, then meta, then seed."""
+        """A new session from ``seed`` with ``meta`` (its keys already checked): id taken, then meta, then seed.
+        ``remember`` makes the idempotency record kept with it."""
         self._require_ready()
         if session_id is not None:
             check_id(session_id)
         key = SessionKey(tenant, session_id if session_id is not None else self._new_id())
-        return await self._locks.run(key, lambda: self._create(key, seed, meta or {}, seed_breaks))
+        created = await self._locks.run(key, lambda: self._create(key, seed, meta or {}, seed_breaks, remember))
+        self.changes.changed(key)
+        return created
 
     async def _create(
-        self, key: SessionKey, seed: Sequence[Any] | None, meta: dict[str, Any], breaks: dict[int, str] | None
+        self,
+        key: SessionKey,
+        seed: Sequence[Any] | None,
+        meta: dict[str, Any],
+        breaks: dict[int, str] | None,
+        remember: Remember | None,
     ) -> Session:
         if await self.backend.find(key) is not None:
             raise SessionError(
@@ -205,7 +353,7 @@ class SessionService:
             log = await asyncio.to_thread(seed_log, seed, now=self._clock(), breaks=breaks)
         else:
             log = seed_log(seed, now=self._clock(), breaks=breaks)
-        return await self.backend.create(key, self._new_instance(), lineage, SeedLog(log))
+        return await self.backend.create(key, self._new_instance(), lineage, SeedLog(log), remember)
 
     # -- append ----------------------------------------------------------------------------------------------------
 
@@ -217,11 +365,25 @@ class SessionService:
         expected_seq: int | None = None,
         instance: str | None = None,
         breaks: dict[int, str] | None = None,
+        remember: tuple[Claim, Callable[[Appended], Answer]] | None = None,
     ) -> Appended:
         """Append a batch (atomically: all of it is stored, or none). Appends to one session that arrive while its
-        previous batch is written are checked and written together (see :mod:`app.service.appends`)."""
+        previous batch is written are checked and written together (see :mod:`app.service.appends`). ``remember``
+        (a claim and how to render the answer) keeps the idempotency record with the events."""
         self._require_ready()
-        return await self._appends.submit(key, events, expected_seq=expected_seq, instance=instance, breaks=breaks)
+        record: Callable[[Appended], Remembered] | None = None
+        claimed: tuple[str, str] | None = None
+        if remember is not None:
+            claim, render = remember
+            claimed = (claim.request.tenant, claim.request.key)
+
+            def record(appended: Appended) -> Remembered:
+                first = appended.events[0]["seq"] if appended.events else appended.session.head.count
+                return claim.record(render(appended), appended.session, first)
+
+        return await self._appends.submit(
+            key, events, expected_seq=expected_seq, instance=instance, breaks=breaks, record=record, claimed=claimed
+        )
 
     async def _append_batch(self, key: SessionKey, batch: list[WaitingAppend[Appended]]) -> None:
         wanted = _replace_targets(waiting.events for waiting in batch)
@@ -241,22 +403,43 @@ class SessionService:
                 waiting.fail(refusal)
             if combined is None:
                 return
+            answers = [
+                (waiting, Appended(staged.events, staged.lines, _after(tip.session, staged)))
+                for waiting, staged in accepted
+            ]
+            records = [waiting.record(answer) for waiting, answer in answers if waiting.record is not None]
             try:
-                await self.backend.append(key, combined)
+                await self.backend.append(key, combined, records)
             except StaleHead:
                 refresh = True
                 batch = [waiting for waiting, _ in accepted]
+                continue
+            except AlreadyRemembered:
+                # Another process kept one of these keys meanwhile: its request answers from the record, the others
+                # go again.
+                refresh = True
+                batch = await self._without_kept_keys([waiting for waiting, _ in accepted])
                 continue
             except Exception as failed:
                 for waiting, _ in accepted:
                     waiting.fail(failed)
                 return
-            for waiting, staged in accepted:
-                waiting.succeed(Appended(staged.events, staged.lines, _after(tip.session, staged)))
+            for waiting, answer in answers:
+                waiting.succeed(answer)
+            self.changes.changed(key)
             return
         busy = SessionError(ErrorCode.SEQ_CONFLICT, f'session "{key.id}" kept moving under the append; retry')
         for waiting in batch:
             waiting.fail(busy)
+
+    async def _without_kept_keys(self, batch: list[WaitingAppend[Appended]]) -> list[WaitingAppend[Appended]]:
+        remaining = []
+        for waiting in batch:
+            if waiting.claimed is not None and await self.backend.recall(*waiting.claimed) is not None:
+                waiting.fail(AlreadyRemembered("the Idempotency-Key was kept by another process meanwhile"))
+            else:
+                remaining.append(waiting)
+        return remaining
 
     def _check_batch(
         self, tip: Tip, batch: list[WaitingAppend[Appended]]
@@ -313,12 +496,15 @@ class SessionService:
         at_seq: int | None = None,
         instance: str | None = None,
         expected_seq: int | None = None,
+        remember: Remember | None = None,
     ) -> Session:
         self._require_ready()
         if child_id is not None:
             check_id(child_id, "sessionId")
         child = SessionKey(key.tenant, child_id if child_id is not None else self._new_id())
-        return await self._locks.run(child, lambda: self._fork(key, child, at_seq, instance, expected_seq))
+        made = await self._locks.run(child, lambda: self._fork(key, child, at_seq, instance, expected_seq, remember))
+        self.changes.changed(child)
+        return made
 
     async def _fork(
         self,
@@ -327,6 +513,7 @@ class SessionService:
         at_seq: int | None,
         instance: str | None,
         expected_seq: int | None,
+        remember: Remember | None,
     ) -> Session:
         if await self.backend.find(child) is not None:
             raise SessionForkError(
@@ -338,7 +525,7 @@ class SessionService:
         lineage = lineage_attrs(fork_lineage(source, count))
         seed = SeedPrefix(key, source.header.instance, count)
         try:
-            return await self.backend.create(child, self._new_instance(), lineage, seed)
+            return await self.backend.create(child, self._new_instance(), lineage, seed, remember)
         except StaleHead:
             raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found') from None
 
@@ -352,6 +539,7 @@ class SessionService:
             await self.backend.delete(key)
 
         await self._locks.run(key, work)
+        self.changes.changed(key)
 
 
 def _after(session: Session, staged: StagedEvents) -> Session:

@@ -45,6 +45,8 @@ OPERATIONS = {
     "delete_session": ("delete", "/sessions/{id}", "204", {422, 503}),
     "append_events": ("post", "/sessions/{id}/events", "201", {409, 413, 415, 422, 503}),
     "read_events": ("get", "/sessions/{id}/events", "200", {422, 503}),
+    "stream_events": ("get", "/sessions/{id}/events/stream", "200", {409, 422, 503}),
+    "read_lineage": ("get", "/sessions/{id}/lineage", "200", {422, 503}),
     "read_history": ("get", "/sessions/{id}/history", "200", {422, 503}),
     "snapshot_session": ("post", "/sessions/{id}/snapshot", "200", {409, 413, 415, 422, 503}),
     "fork_session": ("post", "/sessions/{id}/fork", "201", {409, 413, 415, 422, 503}),

@@ -59,6 +59,8 @@ class StoreHarness:
         self._loop = asyncio.new_event_loop()
         weakref.finalize(self, self._loop.close)
         self.run(self.service.start())
+        # No background task may outlive a call: the harness's loop only runs while it is called.
+        self.run(self.service.idempotency.stop_sweeping())
 
     def run(self, work: Coroutine[Any, Any, T]) -> T:
         return self._loop.run_until_complete(work)

@@ -2,8 +2,16 @@
 
 from fastapi import APIRouter
 
-from app.api.routes import events, forks, health, history, sessions
+from app.api.routes import events, forks, health, history, lineage, sessions, stream
 
 __all__ = ["routers"]
 
-routers: tuple[APIRouter, ...] = (sessions.router, events.router, history.router, forks.router, health.router)
+routers: tuple[APIRouter, ...] = (
+    sessions.router,
+    events.router,
+    stream.router,
+    history.router,
+    lineage.router,
+    forks.router,
+    health.router,
+)

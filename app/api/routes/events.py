@@ -5,11 +5,13 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import Response
 
+from app.api.idempotency import answer_response, idempotent_request
 from app.api.openapi import operation
 from app.api.requests import APPEND, READ_QUERY
 from app.api.routing import body_of, json_response, key_of, new_router, service_of
 from app.api.schemas import AppendResponse, EventsPage
-from app.api.wire import json_array, session_payload
+from app.api.wire import appended_answer, json_array
+from app.service.idempotency import Answer, Claim
 
 __all__ = ["router"]
 
@@ -26,15 +28,20 @@ async def append_events(request: Request) -> Response:
     key = key_of(request)
     body = await body_of(request, empty_is_object=False)
     members = APPEND.parse(body)
-    appended = await service_of(request).append(
-        key,
-        members["events"],
-        expected_seq=members["expectedSeq"],
-        instance=members["instance"],
-        breaks=body.element_breaks("events"),
-    )
-    stored = json_array(appended.lines)
-    return json_response(b'{"events":' + stored + b',"session":' + session_payload(appended.session) + b"}", 201)
+    service = service_of(request)
+
+    async def work(claim: Claim | None) -> Answer:
+        appended = await service.append(
+            key,
+            members["events"],
+            expected_seq=members["expectedSeq"],
+            instance=members["instance"],
+            breaks=body.element_breaks("events"),
+            remember=(claim, appended_answer) if claim is not None else None,
+        )
+        return appended_answer(appended)
+
+    return answer_response(*await service.idempotently(idempotent_request(request, key.tenant, body.raw), work))
 
 
 @router.get(
@@ -46,6 +53,6 @@ async def read_events(request: Request) -> Response:
     key = key_of(request)
     query = READ_QUERY.parse(request.query_params)
     start = query["from"]
-    lines, count = await service_of(request).read(key, start, query["limit"])
+    lines, count = await service_of(request).read(key, start, query["limit"], wait_ms=query["waitMs"])
     next_seq = start + lines.count(b"\n")
     return json_response(b'{"events":' + json_array(lines) + b',"nextSeq":%d,"eventCount":%d}' % (next_seq, count))

@@ -8,11 +8,13 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
+from app.api.idempotency import answer_response, idempotent_request
 from app.api.openapi import operation
 from app.api.requests import FORK, SNAPSHOT
-from app.api.routing import body_of, json_response, key_of, new_router, service_of
+from app.api.routing import body_of, key_of, new_router, service_of
 from app.api.schemas import SessionOut, SnapshotOut
-from app.api.wire import json_array_pieces, session_json, session_payload
+from app.api.wire import created_answer, json_array_pieces, session_json
+from app.service.idempotency import Answer, Claim
 
 __all__ = ["router"]
 
@@ -49,12 +51,19 @@ async def snapshot_session(request: Request) -> Response:
 )
 async def fork_session(request: Request) -> Response:
     key = key_of(request)
-    members = FORK.parse(await body_of(request, empty_is_object=True))
-    child = await service_of(request).fork(
-        key,
-        child_id=members["sessionId"],
-        at_seq=members["atSeq"],
-        instance=members["instance"],
-        expected_seq=members["expectedSeq"],
-    )
-    return json_response(session_payload(child), 201, {"Location": f"/sessions/{child.id}"})
+    body = await body_of(request, empty_is_object=True)
+    members = FORK.parse(body)
+    service = service_of(request)
+
+    async def work(claim: Claim | None) -> Answer:
+        child = await service.fork(
+            key,
+            child_id=members["sessionId"],
+            at_seq=members["atSeq"],
+            instance=members["instance"],
+            expected_seq=members["expectedSeq"],
+            remember=claim.for_session(created_answer) if claim is not None else None,
+        )
+        return created_answer(child)
+
+    return answer_response(*await service.idempotently(idempotent_request(request, key.tenant, body.raw), work))

@@ -6,11 +6,13 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
+from app.api.idempotency import answer_response, idempotent_request
 from app.api.openapi import operation
 from app.api.requests import CREATE, LIST_QUERY
 from app.api.routing import body_of, json_response, key_of, new_router, service_of, tenant_of
 from app.api.schemas import SessionOut, SessionPage
-from app.api.wire import decode_cursor, encode_cursor, session_json, session_payload
+from app.api.wire import created_answer, decode_cursor, encode_cursor, session_json, session_payload
+from app.service.idempotency import Answer, Claim
 
 __all__ = ["router"]
 
@@ -26,10 +28,21 @@ router = new_router()
 async def create_session(request: Request) -> Response:
     body = await body_of(request, empty_is_object=True)
     members = CREATE.parse(body)
-    session = await service_of(request).create(
-        tenant_of(request), members["id"], members["seed"], members["meta"], seed_breaks=body.element_breaks("seed")
-    )
-    return json_response(session_payload(session), 201, {"Location": f"/sessions/{session.id}"})
+    tenant = tenant_of(request)
+    service = service_of(request)
+
+    async def work(claim: Claim | None) -> Answer:
+        session = await service.create(
+            tenant,
+            members["id"],
+            members["seed"],
+            members["meta"],
+            seed_breaks=body.element_breaks("seed"),
+            remember=claim.for_session(created_answer) if claim is not None else None,
+        )
+        return created_answer(session)
+
+    return answer_response(*await service.idempotently(idempotent_request(request, tenant, body.raw), work))
 
 
 @router.get(

@@ -24,14 +24,18 @@ from app.backends.files.datadir import DataDir
 from app.backends.files.fileops import FileOps
 from app.backends.files.index import write_index
 from app.backends.files.recovery import Recovery, RecoveryReport
+from app.backends.files.remembered import RememberedJournal, lines_digest
 from app.backends.files.writer import AppendWriter
-from app.backends.memory import RememberedRecords, live_prefix, log_chunks
+from app.backends.memory import live_prefix, log_chunks
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey, head_of
 
 __all__ = ["FileBackend"]
 
 logger = logging.getLogger("forklog.storage")
+
+# Idempotency records older than this are dropped at a start (the service sweeps them meanwhile): spec 8's 24 hours.
+KEEP_REMEMBERED_MS = 24 * 60 * 60 * 1000
 
 
 class FileBackend:
@@ -56,7 +60,7 @@ class FileBackend:
         self.datadir = DataDir(data_dir, self.ops, sync=sync)
         self.datadir.lock()
         self.catalog = Catalog(clock)
-        self.remembered = RememberedRecords()
+        self.remembered = RememberedJournal(self.datadir.root / "index", self.ops, sync=sync)
         self._cuts = CutRecords(self.ops, sync=sync)
         self._writer = AppendWriter(self.ops, self._cuts, sync=sync)
         self._corrupt: list[CorruptEntry] = []
@@ -80,6 +84,9 @@ class FileBackend:
         self._corrupt = report.corrupt
         report.sessions = []  # the catalog holds them now
         self.recovery = report
+        await asyncio.to_thread(
+            self.remembered.reconcile, self._change_is_there, expired_before=self._clock() - KEEP_REMEMBERED_MS
+        )
         logger.info(
             "recovered %d sessions (%d events, %d of them checked, %d bytes), %d kept out of service",
             len(self.catalog),
@@ -89,6 +96,13 @@ class FileBackend:
             len(report.corrupt),
         )
         self._opened = True
+
+    def _change_is_there(self, record: Remembered, digest: str | None) -> bool:
+        """Whether a record's change was made: its session, that incarnation, holding its events byte for byte."""
+        live = self.catalog.get(SessionKey(record.tenant, record.session))
+        if live is None or live.header.instance != record.instance or len(live.log) < record.end_seq:
+            return False
+        return digest is None or lines_digest(live.log.lines(record.first_seq, record.end_seq)) == digest
 
     @property
     def corrupt(self) -> list[CorruptEntry]:
@@ -166,7 +180,7 @@ class FileBackend:
         header = self.catalog.new_header(key, instance, lineage)
         records = [remember(Session(key, header, head_of(log.state)))] if remember is not None else []
         self.remembered.check_free(records)
-        return await self._make(key, header, log, records)
+        return await self._make(key, header, log, [(record, None) for record in records])
 
     async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
         if self.catalog.get(key) is not None:
@@ -177,8 +191,9 @@ class FileBackend:
         return self.catalog.tenants()
 
     async def _make(
-        self, key: SessionKey, header: SessionHeader, log: SessionLog, records: list[Remembered]
+        self, key: SessionKey, header: SessionHeader, log: SessionLog, records: list[tuple[Remembered, str | None]]
     ) -> Session:
+        placed = await self._write_records(records)
         body = log.body_view()  # the new session is not live yet: nothing appends while it is written
         try:
             await asyncio.to_thread(self._create_file, key, header, body)
@@ -190,8 +205,17 @@ class FileBackend:
             body.release()
         live = LiveSession(key, header, log)
         self.catalog.add(live)
-        self.remembered.add(records)
+        self.remembered.keep(placed)
         return live.view()
+
+    async def _write_records(self, records: list[tuple[Remembered, str | None]]) -> list[Any]:
+        """Write (and sync) idempotency records before their change: a change is never durable without its key."""
+        if not records:
+            return []
+        try:
+            return await asyncio.to_thread(self.remembered.write, records)
+        except OSError as exc:
+            raise StorageUnavailable(f"the disk refused to keep an idempotency key: {exc.strerror}") from exc
 
     def _create_file(self, key: SessionKey, header: SessionHeader, lines: bytes | memoryview) -> None:
         """Write header + lines to a temp file, sync it, link it in place (never overwriting), sync the folder."""
@@ -230,6 +254,7 @@ class FileBackend:
         if staged.base_count != len(live.log):
             raise StaleHead(f'session "{key.id}" has {len(live.log)} events, not the {staged.base_count} staged on')
         self.remembered.check_free(remember)
+        placed = await self._write_records([(record, _digest_of(staged, record)) for record in remember])
         space = self.datadir.space(key.tenant)
         await self._writer.append(
             space.log_path(key.id),
@@ -238,7 +263,7 @@ class FileBackend:
             cut_record=space.index / f"{key.id}{CUT_SUFFIX}",
         )
         live.log.commit(staged)
-        self.remembered.add(remember)
+        self.remembered.keep(placed)
 
     # -- delete ----------------------------------------------------------------------------------------------------
 
@@ -251,14 +276,19 @@ class FileBackend:
             raise StorageUnavailable(f"the disk refused to delete session {key.id!r}: {exc.strerror}") from exc
         self.catalog.remove(key)
 
-    # -- idempotent retries ------------------------------------------------------------------------------------------
-    # TODO(issue 13): the records live in memory only for now; they are written to disk with their change next.
+    # -- idempotent retries (app/backends/files/remembered.py) ---------------------------------------------------------
 
     async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
-        return self.remembered.get(tenant, idempotency_key)
+        try:
+            return await asyncio.to_thread(self.remembered.recall, tenant, idempotency_key)
+        except OSError as exc:
+            raise StorageUnavailable(f"the disk refused to read an idempotency key: {exc.strerror}") from exc
 
     async def forget(self, before: int) -> None:
-        self.remembered.forget(before)
+        try:
+            await asyncio.to_thread(self.remembered.forget, before)
+        except OSError as exc:
+            raise StorageUnavailable(f"the disk refused to sweep idempotency keys: {exc.strerror}") from exc
 
     def _delete_file(self, key: SessionKey) -> None:
         """Rename the file out of sessions/ (atomic), sync the folder, then unlink it."""
@@ -278,3 +308,10 @@ class FileBackend:
             ops.unlink(trash)  # the delete is durable already; the next start sweeps a leftover
         with contextlib.suppress(OSError):  # a cut record of another incarnation never applies: instances differ
             self._cuts.clear(space.index / f"{key.id}{CUT_SUFFIX}")
+
+
+def _digest_of(staged: StagedEvents, record: Remembered) -> str:
+    """The digest of the lines a record's append added (events first_seq .. end_seq - 1 of the batch)."""
+    first, last = record.first_seq - staged.base_count, record.end_seq - staged.base_count
+    start = staged.ends[first - 1] if first > 0 else 0
+    return lines_digest(memoryview(staged.lines)[start : staged.ends[last - 1]])

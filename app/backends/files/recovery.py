@@ -34,6 +34,7 @@ from app.backends.files.cuts import CUT_SUFFIX, CutRecords
 from app.backends.files.datadir import LOG_SUFFIX, DataDir, Space
 from app.backends.files.fileops import FileKind, FileOps
 from app.backends.files.index import INDEX_SUFFIX, Index, read_index
+from app.backends.files.remembered import JOURNAL_NAME
 from app.domain.errors import EventRejected
 from app.domain.ids import ID_PATTERN
 from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
@@ -214,6 +215,8 @@ class Recovery:
                 indexes[name[: -len(INDEX_SUFFIX)]] = path
             elif kind == FileKind.REGULAR and name.endswith(CUT_SUFFIX):
                 cuts.add(name[: -len(CUT_SUFFIX)])
+            elif kind == FileKind.REGULAR and name == JOURNAL_NAME:
+                continue  # the idempotency records: reconciled by the backend once the sessions are loaded
             elif self._repair:  # half-written, or planted: never read
                 self._remove_quietly(path, kind)
         for name, kind in self._ops.scandir(space.sessions):

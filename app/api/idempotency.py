@@ -1,0 +1,47 @@
+"""The ``Idempotency-Key`` header (spec 8): checked as request syntax, and the request it names fingerprinted.
+
+A retry is the same request when its method, path and body bytes are the same: the fingerprint is a SHA-256 of the
+three. The answer of a replay carries ``Idempotent-Replayed: true``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from app.api.problems import invalid_request
+from app.service.idempotency import Answer, IdempotentRequest
+
+__all__ = ["HEADER", "REPLAYED", "answer_response", "idempotent_request"]
+
+HEADER = "Idempotency-Key"
+REPLAYED = "Idempotent-Replayed"
+_VISIBLE_ASCII = re.compile(r"[!-~]{1,255}")
+
+
+def idempotent_request(request: Request, tenant: str, body: bytes) -> IdempotentRequest | None:
+    """The request's key and fingerprint, or None without the header; INVALID_REQUEST for a malformed key."""
+    values = request.headers.getlist(HEADER)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise invalid_request(HEADER, "is sent more than once", f"send one {HEADER} header, not {len(values)}")
+    key = values[0]
+    if _VISIBLE_ASCII.fullmatch(key) is None:
+        raise invalid_request(
+            HEADER, "must be 1 to 255 visible ASCII characters (! to ~)", f"{HEADER} must be 1 to 255 visible ASCII"
+        )
+    digest = hashlib.sha256()
+    for part in (request.method.encode(), request.scope["path"].encode("utf-8", "surrogateescape"), body):
+        digest.update(len(part).to_bytes(8, "big") + part)
+    return IdempotentRequest(tenant, key, digest.hexdigest())
+
+
+def answer_response(answer: Answer, replayed: bool) -> Response:
+    headers = {"Location": answer.location} if answer.location is not None else {}
+    if replayed:
+        headers[REPLAYED] = "true"
+    return Response(answer.body, status_code=answer.status, media_type="application/json", headers=headers)

@@ -1,0 +1,34 @@
+"""A session's family (spec 7): its ancestors while they are live, and its children."""
+
+from __future__ import annotations
+
+import orjson
+from fastapi import Request
+from fastapi.responses import Response
+
+from app.api.openapi import operation
+from app.api.routing import json_response, key_of, new_router, service_of
+from app.api.schemas import Lineage
+from app.api.wire import session_json
+
+__all__ = ["router"]
+
+router = new_router()
+
+
+@router.get(
+    "/sessions/{id}/lineage",
+    summary="Ancestors (while each parent is live) and children of a session",
+    **operation(Lineage, problems=(404, 422, 503)),
+)
+async def read_lineage(request: Request) -> Response:
+    lineage = await service_of(request).lineage(key_of(request))
+    return json_response(
+        orjson.dumps(
+            {
+                "ancestors": [session_json(session) for session in lineage.ancestors],
+                "children": [session_json(session) for session in lineage.children],
+                "missingAncestor": lineage.missing_ancestor,
+            }
+        )
+    )

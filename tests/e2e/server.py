@@ -51,6 +51,11 @@ class Server:
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    @property
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 

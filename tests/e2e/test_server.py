@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,11 @@ pytestmark = pytest.mark.e2e
 WALK_MARK = "<!-- curl-walk -->"
 
 
-def readme_walk() -> str:
-    """The one ```sh block that follows the curl-walk mark in README.md."""
+def readme_walk(mark: str = WALK_MARK) -> str:
+    """The one ```sh block that follows ``mark`` (the curl-walk mark by default) in README.md."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(re.escape(WALK_MARK) + r"\s*```sh\n(.*?)```", readme, flags=re.DOTALL)
-    assert len(blocks) == 1, f"README.md must hold exactly one ```sh block right after {WALK_MARK}"
+    blocks = re.findall(re.escape(mark) + r"\s*```sh\n(.*?)```", readme, flags=re.DOTALL)
+    assert len(blocks) == 1, f"README.md must hold exactly one ```sh block right after {mark}"
     walk: str = blocks[0]
     return walk
 
@@ -56,11 +57,11 @@ def parse_curl_i(output: str) -> list[Answer]:
     return answers
 
 
-def run_walk(base: str) -> list[Answer]:
+def run_walk(base: str, mark: str = WALK_MARK) -> list[Answer]:
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed: the README's walk-through is a curl script")
     done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", readme_walk()],
+        ["bash", "-euo", "pipefail", "-c", readme_walk(mark)],
         env={**os.environ, "BASE": base},
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -252,3 +253,30 @@ def test_a_corrupt_session_is_listed_and_refused_until_repaired(start_server: St
     assert third.get("/readyz").json() == {"status": "ready", "sessions": 2, "corrupt": []}
     repaired = third.get("/sessions/hurt").json()
     assert (repaired["eventCount"], repaired["openTurn"]) == (1, 1)
+
+
+def test_readme_tail_prints_the_events_and_the_retried_append_is_replayed(server: Server) -> None:
+    """The README's second part: a ``curl -N`` tail in one terminal while the other appends, twice, with one key."""
+    check_walk_answers(run_walk(server.base))
+    tail = subprocess.Popen(
+        ["timeout", "4", "bash", "-euo", "pipefail", "-c", readme_walk("<!-- curl-tail -->")],
+        env={**os.environ, "BASE": server.base},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        time.sleep(1)  # the tail is connected and has printed turn 2's start
+        first, retry = run_walk(server.base, "<!-- curl-retry -->")
+        printed, _ = tail.communicate(timeout=10)
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+    assert (first.status, retry.status) == (201, 201)
+    assert retry.body == first.body and retry.headers["idempotent-replayed"] == "true"
+    assert "idempotent-replayed" not in first.headers
+    assert [event["seq"] for event in first.json()["events"]] == [7]
+    frames = [block for block in printed.decode().split("\n\n") if block.strip()]
+    ids = [line[4:] for block in frames for line in block.splitlines() if line.startswith("id: ")]
+    assert ids == ["6", "7"], printed.decode()
+    assert server.get("/sessions/demo").json()["eventCount"] == 8

@@ -1,0 +1,91 @@
+"""The file backend's idempotency records: written before their change, so that no change is ever durable without
+its key, and reconciled at start, so that no key outlives a change that was never made."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+from starlette.testclient import TestClient
+
+from app.api.app import create_app
+from app.api.settings import Settings
+from app.backends.files import FileBackend
+from app.service.sessions import wall_clock_ms
+from tests.backends.files.faulty_ops import FaultyFileOps
+
+KEY = {"Idempotency-Key": "k-1"}
+
+
+def note(text: str) -> dict[str, Any]:
+    return {"type": "forklog-test/note", "data": {"text": text}}
+
+
+def client_on(data_dir: Path, ops: FaultyFileOps) -> TestClient:
+    backend = FileBackend(data_dir, clock=wall_clock_ms, ops=ops, sync=True)
+    client = TestClient(create_app(Settings(data_dir=data_dir), backend=backend), base_url="http://localhost")
+    client.__enter__()
+    while client.get("/readyz").status_code != 200:
+        pass
+    return client
+
+
+def eio(*args: Any) -> Any:
+    raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+def test_a_key_whose_append_was_refused_is_free_after_a_restart(data_dir: Path) -> None:
+    ops = FaultyFileOps()
+    client = client_on(data_dir, ops)
+    client.post("/sessions", json={"id": "s"})
+    session_file = str(data_dir / "sessions" / "s.jsonl")
+    ops.fault(
+        "write", lambda fd, data: eio() if os.readlink(f"/proc/self/fd/{fd}") == session_file else os.write(fd, data)
+    )
+    refused = client.post("/sessions/s/events", json={"events": [note("a")]}, headers=KEY)
+    assert refused.status_code == 503
+    ops.heal("write")
+    assert (data_dir / "index" / "idempotency.jsonl").read_bytes(), "the record is written before the change"
+    # Still running: the refused request is not remembered, so its retry runs.
+    assert client.post("/sessions/s/events", json={"events": [note("b")]}, headers=KEY).status_code == 201
+    client.__exit__(None, None, None)
+
+    client = client_on(data_dir, FaultyFileOps())
+    again = client.post("/sessions/s/events", json={"events": [note("b")]}, headers=KEY)
+    assert again.headers["idempotent-replayed"] == "true"
+    assert [event["data"]["text"] for event in client.get("/sessions/s/events").json()["events"]] == ["b"]
+    client.__exit__(None, None, None)
+
+
+def test_a_record_left_by_a_change_that_never_landed_is_dropped_at_start(data_dir: Path) -> None:
+    ops = FaultyFileOps()
+    client = client_on(data_dir, ops)
+    ops.fault("link", eio)  # the create's file never appears, its record was written first
+    assert client.post("/sessions", json={"id": "s"}, headers=KEY).status_code == 503
+    ops.heal("link")
+    client.__exit__(None, None, None)
+    record_file = data_dir / "index" / "idempotency.jsonl"
+    assert b'"k-1"' in record_file.read_bytes()
+
+    client = client_on(data_dir, FaultyFileOps())
+    assert b'"k-1"' not in record_file.read_bytes(), "the start kept a key whose change is not there"
+    made = client.post("/sessions", json={"id": "s"}, headers=KEY)
+    assert made.status_code == 201 and "idempotent-replayed" not in made.headers
+    client.__exit__(None, None, None)
+
+
+def test_a_record_whose_events_were_replaced_is_dropped_at_start(data_dir: Path) -> None:
+    client = client_on(data_dir, FaultyFileOps())
+    client.post("/sessions", json={"id": "s"})
+    assert client.post("/sessions/s/events", json={"events": [note("a")]}, headers=KEY).status_code == 201
+    client.__exit__(None, None, None)
+    path = data_dir / "sessions" / "s.jsonl"
+    path.write_bytes(path.read_bytes().replace(b'"text":"a"', b'"text":"z"'))  # an operator's edit of that event
+    (data_dir / "index" / "s.idx").unlink()
+
+    client = client_on(data_dir, FaultyFileOps())
+    again = client.post("/sessions/s/events", json={"events": [note("a")]}, headers=KEY)
+    assert again.status_code == 201 and "idempotent-replayed" not in again.headers
+    client.__exit__(None, None, None)

@@ -24,6 +24,16 @@ _PATH_ID = {
     "description": "the session id",
     "schema": {"type": "string", "pattern": ID_REGEX},
 }
+# One frame of a stream, as OpenAPI 3.2's itemSchema describes an item of a sequential media type.
+_SSE_FRAME = {
+    "type": "object",
+    "properties": {
+        "data": {"type": "string"},
+        "event": {"type": "string"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer", "minimum": 0},
+    },
+}
 BODY_SHAPES: tuple[BodyShape, ...] = (CREATE, APPEND, SNAPSHOT, FORK)
 COMPONENT_MODELS: tuple[type[BaseModel], ...] = (NewEvent, SeedEvent, CreateMeta, Problem)
 
@@ -66,7 +76,7 @@ def operation(
     if stream:
         responses[200] = {
             "description": "server-sent events: id = seq, data = the event's JSON; event: deleted at the end",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {"text/event-stream": {"schema": {"type": "string"}, "itemSchema": _SSE_FRAME}},
         }
     arguments: dict[str, Any] = {"responses": responses, "openapi_extra": extra}
     if model is not None:

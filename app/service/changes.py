@@ -1,9 +1,11 @@
 """Who is waiting for a session to change, and waking them when it does (the live tail and long-polls, spec 7).
 
-Waiters of one session share one future: a change resolves it and the next waiter makes a new one, so a thousand
-streams on a session cost one future, not a queue each. A change is this process's own (the service reports its
-commits) or another process's (the backend reports them, see ``Backend.listen``). A waiter takes its ticket
-*before* it reads the log, so that a change landing while it reads still wakes it.
+Waiters of one session share one ``asyncio.Event``, the round they wait for: a change sets it and the next waiter
+takes a new one, so a thousand streams on a session cost one event and a future each, not a queue each. A change is
+this process's own (the service reports its commits) or another process's (the backend reports them, see
+``Backend.listen``). A waiter takes its ticket *before* it reads the log, so that a change landing while it reads
+still wakes it. Tails wait with no timeout of their own (a timer per wait costs more than the rest of a wake):
+:meth:`ChangeFeed.wake_everyone` is the one timer that bounds what a lost report could cost.
 """
 
 from __future__ import annotations
@@ -17,28 +19,30 @@ __all__ = ["ChangeFeed", "Ticket"]
 
 
 class Ticket:
-    """A waiter's place in the queue for one session's next change."""
+    """A waiter's place in one session's next round of changes."""
 
-    __slots__ = ("_future",)
+    __slots__ = ("_round",)
 
-    def __init__(self, future: asyncio.Future[None]) -> None:
-        self._future = future
+    def __init__(self, round_: asyncio.Event) -> None:
+        self._round = round_
 
-    async def wait(self, timeout: float | None) -> bool:
+    async def wait(self, timeout: float | None = None) -> bool:
         """Wait for the change (True) or the timeout (False); the feed closing counts as a change."""
-        if self._future.done():
+        if timeout is None:
+            await self._round.wait()
             return True
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
-                await asyncio.shield(self._future)
+                await self._round.wait()
             return True
         return False
 
 
 class ChangeFeed:
     def __init__(self) -> None:
-        self._next: dict[SessionKey, asyncio.Future[None]] = {}
+        self._rounds: dict[SessionKey, asyncio.Event] = {}
         self._closed = False
+        self._rechecks: asyncio.Task[None] | None = None
 
     @property
     def closed(self) -> bool:
@@ -46,25 +50,43 @@ class ChangeFeed:
 
     def ticket(self, key: SessionKey) -> Ticket:
         """A ticket for the next change of ``key`` (at once resolved once the feed is closed)."""
-        future = self._next.get(key)
-        if future is None or future.done():
-            future = asyncio.get_running_loop().create_future()
+        round_ = self._rounds.get(key)
+        if round_ is None:
+            round_ = asyncio.Event()
             if self._closed:
-                future.set_result(None)
+                round_.set()
             else:
-                self._next[key] = future
-        return Ticket(future)
+                self._rounds[key] = round_
+        return Ticket(round_)
 
     def changed(self, key: SessionKey) -> None:
-        """``key`` changed (an append, a delete): wake everyone waiting for it."""
-        future = self._next.pop(key, None)
-        if future is not None and not future.done():
-            future.set_result(None)
+        """``key`` changed (an append, a delete): wake everyone waiting for it, on the loop's next turn, so that the
+        writer's own answer (woken by then) goes out before a thousand streams' frames, not after them. Waiters
+        that take a ticket from now on wait for the next change: they look at the session after this one."""
+        round_ = self._rounds.pop(key, None)
+        if round_ is not None:
+            asyncio.get_running_loop().call_soon(round_.set)
+
+    def wake_everyone(self) -> None:
+        """Every waiter looks at its session again, as if each had changed."""
+        rounds, self._rounds = self._rounds, {}
+        for round_ in rounds.values():
+            round_.set()
+
+    def start_rechecks(self, every: float) -> None:
+        """Wake everyone every ``every`` seconds, until the feed closes."""
+        if self._rechecks is None and not self._closed:
+            self._rechecks = asyncio.create_task(self._recheck_forever(every))
+
+    async def _recheck_forever(self, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            self.wake_everyone()
 
     def close(self) -> None:
         """The service is stopping: wake every waiter, now and from now on, so streams and long-polls end."""
         self._closed = True
-        for future in self._next.values():
-            if not future.done():
-                future.set_result(None)
-        self._next.clear()
+        if self._rechecks is not None:
+            self._rechecks.cancel()
+            self._rechecks = None
+        self.wake_everyone()

@@ -150,6 +150,7 @@ class SessionService:
             raise
         self.lifecycle = Lifecycle.READY
         self.idempotency.start_sweeping()
+        self.changes.start_rechecks(TAIL_RECHECK_SECONDS)
 
     def stopping(self) -> None:
         """The server begins to shut down: live tails and long-polls end now, so that nothing waits for them."""
@@ -270,6 +271,8 @@ class SessionService:
         return self._follow(key, session.header.instance, start)
 
     async def _follow(self, key: SessionKey, instance: str, position: int) -> AsyncIterator[TailEvents | Deleted]:
+        # One ticket per look at the session: taken before the look, it wakes the tail for any change the look
+        # missed, whether the look found events to send or not.
         while True:
             ticket = self.changes.ticket(key)
             try:
@@ -280,15 +283,15 @@ class SessionService:
                 yield Deleted(key.id)
                 return
             count = session.head.count
-            if position < count:
+            while position < count:
                 lines = await self.backend.read(key, position, min(count, position + TAIL_BATCH))
-                if lines:
-                    yield TailEvents(position, lines)
-                    position += lines.count(b"\n")
-                    continue
+                if not lines:
+                    break
+                yield TailEvents(position, lines)
+                position += lines.count(b"\n")
             if self.changes.closed:
                 return
-            await ticket.wait(TAIL_RECHECK_SECONDS)
+            await ticket.wait()
 
     async def lineage(self, key: SessionKey) -> Lineage:
         """The session's ancestors while each parent is live (a cycle stops before an id already listed), the first

@@ -223,20 +223,19 @@ def test_sigterm_ends_open_streams_cleanly_and_at_once(start_server: StartServer
 def test_a_quiet_stream_gets_a_comment_line_at_least_every_fifteen_seconds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """FastAPI's SSE sends a ``: ping`` comment after its interval of silence: 15 s, which the spec allows at most.
-    The wait is shortened here (FastAPI's interval is made to be patched by tests) to see the comments arrive."""
+    """The stream sends a ``: ping`` comment every ``PING_SECONDS``: 15 s, which the spec allows at most. The wait is
+    shortened here to see the comments arrive."""
     import threading
 
-    import fastapi.routing
-    import fastapi.sse
     import uvicorn
 
     from app.api.app import create_app
+    from app.api.routes import stream
     from app.api.settings import Settings
     from tests.e2e.server import free_port
 
-    assert fastapi.sse._PING_INTERVAL <= 15
-    monkeypatch.setattr(fastapi.routing, "_PING_INTERVAL", 0.3)
+    assert stream.PING_SECONDS <= 15
+    monkeypatch.setattr(stream, "PING_SECONDS", 0.3)
     port = free_port()
     app = create_app(Settings(data_dir=tmp_path / "data", fsync=False, log_level="warning"))
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")

@@ -10,6 +10,11 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app.api.access_log import AccessLog
+from app.api.auth import Authenticator
+from app.api.cors import Cors
+from app.api.encoded_slash import EncodedSlashGuard
+from app.api.exposure import check_exposure
+from app.api.keys_file import KeysFile
 from app.api.loopback import LoopbackGuard
 from app.api.openapi import build_document
 from app.api.problems import install_problem_handlers
@@ -31,8 +36,12 @@ def open_backend(settings: Settings) -> Backend:
 
 
 def create_app(settings: Settings | None = None, *, backend: Backend | None = None) -> FastAPI:
-    """Build the service on ``backend`` (by default the one the settings name, opened here)."""
+    """Build the service on ``backend`` (by default the one the settings name, opened here). Refuses
+    (:class:`~app.api.exposure.ExposureRefused`, :class:`~app.api.keys_file.KeysFileError`) a service that would
+    let anyone in, or whose keys file is bad, before the backend is touched."""
     settings = settings or Settings()
+    check_exposure(settings)
+    keys = KeysFile(settings.keys_file) if settings.keys_file is not None else None
     service = SessionService(backend if backend is not None else open_backend(settings))
 
     @asynccontextmanager
@@ -40,13 +49,15 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
         # The store opens while the port is open: /healthz answers, every session route answers NOT_READY.
         opening = asyncio.create_task(service.start())
         opening.add_done_callback(lambda task: task.cancelled() or task.exception())
+        watching = asyncio.create_task(keys.watch()) if keys is not None else None
         try:
             yield
         finally:
-            if not opening.done():
-                opening.cancel()
-            with contextlib.suppress(BaseException):
-                await opening
+            for task in (opening, watching):
+                if task is not None and not task.done():
+                    task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task  # type: ignore[misc]
             await service.stop()
 
     app = FastAPI(
@@ -64,8 +75,15 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     for router in routers:
         # The routes themselves, not the routers: FastAPI matches an included router as one more level per request.
         app.router.routes.extend(router.routes)
-    # Without keys only this machine is served: foreign Hosts and cross-site changes are refused first.
-    app.add_middleware(LoopbackGuard, allowed_hosts=settings.allowed_hosts, allowed_origins=settings.cors_origins)
+    app.state.keys = keys
+    # Outermost last: the access log sees every answer; CORS answers preflights and labels every answer (a page
+    # must be able to read a 401); then keys, or without keys the loopback guard, before anything else is looked at.
+    app.add_middleware(EncodedSlashGuard)
+    if keys is not None:
+        app.add_middleware(Authenticator, keys=lambda: keys.keys)
+    else:
+        app.add_middleware(LoopbackGuard, allowed_hosts=settings.allowed_hosts, allowed_origins=settings.cors_origins)
+    app.add_middleware(Cors, origins=settings.cors_origins)
     app.add_middleware(AccessLog)
     app.openapi = lambda: build_document(app)  # type: ignore[method-assign]
     return app

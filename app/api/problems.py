@@ -80,7 +80,13 @@ PROBLEMS: dict[ErrorCode, ProblemSpec] = {
 
 # Answers given without reading the request body (or all of it): the connection is closed rather than drained.
 UNREAD_BODY_CODES = frozenset(
-    {ErrorCode.PAYLOAD_TOO_LARGE, ErrorCode.UNSUPPORTED_MEDIA_TYPE, ErrorCode.REQUEST_TIMEOUT, ErrorCode.FORBIDDEN}
+    {
+        ErrorCode.PAYLOAD_TOO_LARGE,
+        ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+        ErrorCode.REQUEST_TIMEOUT,
+        ErrorCode.FORBIDDEN,
+        ErrorCode.UNAUTHENTICATED,
+    }
 )
 
 
@@ -153,11 +159,12 @@ async def send_problem(
     facts: dict[str, Any] | None = None,
     *,
     status: int | None = None,
+    headers: dict[str, str] | None = None,
 ) -> None:
     """Answer a problem straight from ASGI middleware, before any route runs (nothing of the body is read)."""
     # scope["path"] is already decoded: decoding again would turn %25xx into a byte.
     body = problem_body(code, detail, scope.get("path", ""), facts, status=status)
-    headers = _headers_for(code, body)
+    headers = {**_headers_for(code, body), **(headers or {})}
     payload = orjson.dumps(body)
     raw_headers = [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(payload)).encode())]
     raw_headers += [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]

@@ -17,8 +17,10 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from starlette.routing import Route, request_response
 
+from app.api.auth import KEY_STATE
 from app.api.body import JsonBody, read_body
 from app.api.settings import Settings
+from app.domain.access import ApiKey, Scope
 from app.domain.ids import check_id
 from app.domain.session import DEFAULT_TENANT, SessionKey
 from app.service.sessions import SessionService
@@ -26,7 +28,9 @@ from app.service.sessions import SessionService
 __all__ = [
     "PlainRoute",
     "body_of",
+    "is_admin",
     "json_response",
+    "key_in_force",
     "key_of",
     "new_router",
     "service_of",
@@ -67,8 +71,24 @@ def settings_of(request: Request) -> Settings:
     return settings
 
 
+def key_in_force(request: Request) -> ApiKey | None:
+    """The caller's key (None without a keys file, or on an open route called without a valid one)."""
+    key: ApiKey | None = request.scope.get("state", {}).get(KEY_STATE)
+    return key
+
+
 def tenant_of(request: Request) -> str:
-    return DEFAULT_TENANT
+    """The caller's tenant: its key's, or ``default`` when the service has no keys file."""
+    key = key_in_force(request)
+    return key.tenant if key is not None else DEFAULT_TENANT
+
+
+def is_admin(request: Request) -> bool:
+    """Without a keys file everyone is (only this machine is served); with one, a key with the admin scope."""
+    if request.app.state.keys is None:
+        return True
+    key = key_in_force(request)
+    return key is not None and key.allows(Scope.ADMIN)
 
 
 def key_of(request: Request) -> SessionKey:

@@ -150,14 +150,17 @@ class Health(BaseModel):
 
 class CorruptSession(BaseModel):
     id: str
+    tenant: str
     path: str
     reason: str
 
 
 class Ready(BaseModel):
+    """The counts and the corrupt sessions only for an admin key (or with no keys file)."""
+
     status: Literal["ready"]
-    sessions: int
-    corrupt: list[CorruptSession]
+    sessions: int | None = None
+    corrupt: list[CorruptSession] | None = None
 
 
 class FieldError(BaseModel):

@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     cors_origins: CommaList = Field(
         default_factory=list, description="origins (scheme://host[:port]) whose pages may call the API"
     )
+    keys_file: Path | None = Field(
+        None, description="the access keys (JSON lines; `keys new` makes them); without it no key is asked for"
+    )
+    allow_unauthenticated: bool = Field(
+        False, description="serve a non-loopback host without a keys file: anyone reaching the port is let in"
+    )
 
     @field_validator("allowed_hosts", "cors_origins", mode="before")
     @classmethod

@@ -9,7 +9,9 @@ import sys
 from pydantic import ValidationError
 
 from app.api.app import create_app
+from app.api.exposure import ExposureRefused
 from app.api.http_server import serve
+from app.api.keys_file import KeysFileError
 from app.api.settings import Settings
 from app.backends.errors import StorageError
 from app.cli.settings_flags import add_setting_flags, given_settings
@@ -36,7 +38,7 @@ def run(arguments: argparse.Namespace) -> int:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         app = create_app(settings)
-    except StorageError as exc:
+    except (StorageError, ExposureRefused, KeysFileError) as exc:
         sys.exit(f"forklog: {exc}")
     serve(app, settings)
     return 0

@@ -83,10 +83,13 @@ class ChangeFeed:
             await asyncio.sleep(every)
             self.wake_everyone()
 
-    def close(self) -> None:
-        """The service is stopping: wake every waiter, now and from now on, so streams and long-polls end."""
-        self._closed = True
+    def stop_rechecks(self) -> None:
         if self._rechecks is not None:
             self._rechecks.cancel()
             self._rechecks = None
+
+    def close(self) -> None:
+        """The service is stopping: wake every waiter, now and from now on, so streams and long-polls end."""
+        self._closed = True
+        self.stop_rechecks()
         self.wake_everyone()

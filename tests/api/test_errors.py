@@ -406,7 +406,7 @@ def test_readyz_lists_a_corrupt_session(make_client: ClientFactory, damaged: Pat
     assert (ready["status"], ready["sessions"]) == ("ready", 1)
     corrupt = {item["id"]: item for item in ready["corrupt"]}
     assert set(corrupt) == {"bad", "-stray"}
-    assert set(corrupt["bad"]) == {"id", "path", "reason"}
+    assert set(corrupt["bad"]) == {"id", "tenant", "path", "reason"}
     assert Path(corrupt["bad"]["path"]) == damaged.absolute()
     assert "line 2" in corrupt["bad"]["reason"]
     assert [item["id"] for item in client.get("/sessions").json()["items"]] == ["good"]

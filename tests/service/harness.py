@@ -61,6 +61,8 @@ class StoreHarness:
         self.run(self.service.start())
         # No background task may outlive a call: the harness's loop only runs while it is called.
         self.run(self.service.idempotency.stop_sweeping())
+        self.service.changes.stop_rechecks()
+        self.run(asyncio.sleep(0))  # the cancelled task ends
 
     def run(self, work: Coroutine[Any, Any, T]) -> T:
         return self._loop.run_until_complete(work)

@@ -1,0 +1,55 @@
+"""Pages of other origins (spec 9, "Browsers"): Starlette's ``CORSMiddleware`` for the origins of
+``FORKLOG_CORS_ORIGINS`` (none by default), its preflight answered as the spec asks (``204``, no body) and its
+refusal as a problem, like every other error."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from starlette.datastructures import Headers
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.api.problems import send_problem
+from app.domain.errors import ErrorCode
+
+__all__ = ["ALLOWED_HEADERS", "ALLOWED_METHODS", "EXPOSED_HEADERS", "Cors"]
+
+ALLOWED_METHODS = ("GET", "POST", "DELETE")
+ALLOWED_HEADERS = ("Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID")
+EXPOSED_HEADERS = ("Location", "Idempotent-Replayed")
+PREFLIGHT_MAX_AGE = 600
+
+
+class Cors(CORSMiddleware):
+    def __init__(self, app: ASGIApp, *, origins: Sequence[str]) -> None:
+        super().__init__(
+            app,
+            allow_origins=origins,
+            allow_methods=ALLOWED_METHODS,
+            allow_headers=ALLOWED_HEADERS,
+            expose_headers=EXPOSED_HEADERS,
+            max_age=PREFLIGHT_MAX_AGE,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "OPTIONS":
+            headers = Headers(scope=scope)
+            if "origin" in headers and "access-control-request-method" in headers:
+                await self._preflight(scope, send, headers)
+                return
+        await super().__call__(scope, receive, send)
+
+    async def _preflight(self, scope: Scope, send: Send, headers: Headers) -> None:
+        answer = self.preflight_response(request_headers=headers)
+        if answer.status_code != 200:
+            refused = bytes(answer.body).decode().removeprefix("Disallowed CORS ")
+            detail = (
+                f"a page from {headers['origin']!r} may not make this request here ({refused} not allowed); "
+                "list its origin in FORKLOG_CORS_ORIGINS to allow it"
+            )
+            await send_problem(scope, send, ErrorCode.FORBIDDEN, detail)
+            return
+        kept = [(name, value) for name, value in answer.raw_headers if name not in (b"content-length", b"content-type")]
+        await send({"type": "http.response.start", "status": 204, "headers": kept})
+        await send({"type": "http.response.body", "body": b""})

@@ -1,0 +1,33 @@
+"""A path with an encoded slash (``%2F``) is refused before routing: in a session id it is a malformed id (which
+would otherwise reach the routes decoded, as two segments), elsewhere no route has such a segment."""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.api.problems import send_problem
+from app.domain.errors import ErrorCode
+
+__all__ = ["EncodedSlashGuard"]
+
+
+class EncodedSlashGuard:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not await _refused_encoded_slash(scope, send):
+            await self.app(scope, receive, send)
+
+
+async def _refused_encoded_slash(scope: Scope, send: Send) -> bool:
+    raw_path: bytes = (scope.get("raw_path") or scope["path"].encode()).split(b"?", 1)[0]
+    if b"%2f" not in raw_path.lower():
+        return False
+    segments = raw_path.split(b"/")
+    if len(segments) > 2 and segments[1] == b"sessions" and b"%2f" in segments[2].lower():
+        detail = "the session id must not contain '/'"
+        await send_problem(scope, send, ErrorCode.INVALID_REQUEST, detail, {"field": "id", "reason": detail})
+    else:  # an encoded slash is a character of its segment: no route has such a segment
+        await send_problem(scope, send, ErrorCode.NOT_FOUND, f"no route {raw_path.decode('latin-1')}; check the URL")
+    return True

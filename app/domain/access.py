@@ -1,0 +1,135 @@
+"""Access keys (spec 9): what a keys file's line says, and which key a presented secret is.
+
+A key file holds only SHA-256 digests of the keys. A presented key is hashed and looked up by its digest; the
+digest found is compared again with ``hmac.compare_digest``, so no comparison depends on how much of a secret
+matched (and the lookup itself only ever sees a digest, which tells nothing about the key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from app.domain.ids import is_valid_id
+
+__all__ = ["ApiKey", "BadKeyLine", "KeyRing", "Scope", "digest_of", "key_line", "new_secret", "parse_keys"]
+
+# 256 random bits, URL-safe (a key goes in an Authorization header, or in ?access_token= for a stream).
+SECRET_BYTES = 32
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+_MEMBERS = frozenset({"id", "tenant", "scopes", "sha256"})
+
+
+class Scope(StrEnum):
+    READ = "read"
+    WRITE = "write"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """One line of the keys file: never the key itself, only its digest."""
+
+    id: str
+    tenant: str
+    scopes: frozenset[Scope]
+    sha256: str
+
+    def allows(self, scope: Scope) -> bool:
+        return scope in self.scopes
+
+
+class BadKeyLine(ValueError):
+    """A keys file line that is not a key; ``line`` counts from 1."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"line {line}: {reason}")
+        self.line = line
+        self.reason = reason
+
+
+def digest_of(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def new_secret() -> str:
+    return secrets.token_urlsafe(SECRET_BYTES)
+
+
+def _key_from(record: Any, line: int) -> ApiKey:
+    if not isinstance(record, dict):
+        raise BadKeyLine(line, "not a JSON object")
+    missing = sorted(_MEMBERS - record.keys())
+    if missing:
+        raise BadKeyLine(line, f"missing {', '.join(missing)}")
+    unknown = sorted(record.keys() - _MEMBERS)
+    if unknown:
+        raise BadKeyLine(line, f"unknown member {', '.join(unknown)}")
+    key_id, tenant, scopes, digest = record["id"], record["tenant"], record["scopes"], record["sha256"]
+    if not isinstance(key_id, str) or not key_id or len(key_id) > 128:
+        raise BadKeyLine(line, "id must be a string of 1-128 characters")
+    if not is_valid_id(tenant):
+        raise BadKeyLine(line, "tenant must be 1-128 characters of [A-Za-z0-9._-], starting with a letter or digit")
+    valid = {scope.value for scope in Scope}
+    if not isinstance(scopes, list) or not scopes or not all(isinstance(s, str) and s in valid for s in scopes):
+        raise BadKeyLine(line, f"scopes must be a non-empty list of {', '.join(sorted(valid))}")
+    if not isinstance(digest, str) or not _HEX_DIGEST.fullmatch(digest):
+        raise BadKeyLine(line, "sha256 must be 64 lower-case hex digits (the SHA-256 of the key's UTF-8 bytes)")
+    return ApiKey(key_id, tenant, frozenset(Scope(s) for s in scopes), digest)
+
+
+def parse_keys(text: bytes) -> list[ApiKey]:
+    """Every key of a keys file (blank lines skipped), or :class:`BadKeyLine` for the first line that is not one:
+    malformed, or repeating an id or a digest of an earlier line."""
+    keys: list[ApiKey] = []
+    ids: set[str] = set()
+    digests: set[str] = set()
+    for number, raw in enumerate(text.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise BadKeyLine(number, "not JSON") from None
+        key = _key_from(record, number)
+        if key.id in ids:
+            raise BadKeyLine(number, f"id {key.id!r} is already the id of an earlier line")
+        if key.sha256 in digests:
+            raise BadKeyLine(number, "the same key (sha256) is already on an earlier line")
+        ids.add(key.id)
+        digests.add(key.sha256)
+        keys.append(key)
+    return keys
+
+
+def key_line(key: ApiKey) -> bytes:
+    """The keys file line of ``key`` (newline included)."""
+    record = {"id": key.id, "tenant": key.tenant, "scopes": sorted(key.scopes), "sha256": key.sha256}
+    return orjson.dumps(record) + b"\n"
+
+
+class KeyRing:
+    """The keys in force: which key a presented secret is."""
+
+    __slots__ = ("_by_digest",)
+
+    def __init__(self, keys: Iterable[ApiKey] = ()) -> None:
+        self._by_digest: Mapping[str, ApiKey] = {key.sha256: key for key in keys}
+
+    def __len__(self) -> int:
+        return len(self._by_digest)
+
+    def find(self, secret: str) -> ApiKey | None:
+        digest = digest_of(secret)
+        key = self._by_digest.get(digest)
+        if key is None or not hmac.compare_digest(key.sha256, digest):
+            return None
+        return key

@@ -1,5 +1,8 @@
-# forklog: the HTTP service (`python -m app`) with its sessions in the /data volume.
-#   docker build -t forklog . && docker run -p 8000:8000 -v forklog-data:/data forklog
+# forklog: the HTTP service (`python -m app`) with its sessions in the /data volume and its keys file (hashes only)
+# at /run/secrets/forklog-keys: it listens on every address, so it does not start without keys (see the README).
+#   python -m app keys new --tenant default --scope read --scope write --keys-file keys.jsonl && chmod 644 keys.jsonl
+#   docker build -t forklog . && docker run -p 8000:8000 -v forklog-data:/data \
+#       -v "$PWD/keys.jsonl:/run/secrets/forklog-keys:ro" forklog
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -23,7 +26,8 @@ VOLUME ["/data"]
 # Settings are FORKLOG_* variables (docker run -e FORKLOG_LOG_LEVEL=debug ...); see the README.
 ENV FORKLOG_DATA_DIR=/data \
     FORKLOG_HOST=0.0.0.0 \
-    FORKLOG_PORT=8000
+    FORKLOG_PORT=8000 \
+    FORKLOG_KEYS_FILE=/run/secrets/forklog-keys
 
 USER 10001:10001
 WORKDIR /home/forklog

@@ -1,6 +1,6 @@
 """``make bench`` (``python -m bench``): forklog beside its baselines, one table. See bench/README.md.
 
-Settings (environment): BENCH_ONLY (fork,appends,restart,stream), BENCH_RUNS, BENCH_RUNS_1M, BENCH_FORK_SIZES,
+Settings (environment): BENCH_ONLY (fork,appends,restart,stream,keys), BENCH_RUNS, BENCH_RUNS_1M, BENCH_FORK_SIZES,
 BENCH_CLIENTS, BENCH_APPEND_SECONDS, BENCH_APPEND_RUNS, BENCH_RESTART_BYTES, BENCH_RESTART_SESSION_EVENTS,
 BENCH_RESTART_RUNS, BENCH_DIR, BENCH_KEEP, BENCH_JSON, BENCH_NODE_HEAP_MB, BENCH_LOADGEN.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from bench import appends, fork, restart, stream
+from bench import appends, fork, keys, restart, stream
 from bench.load import have_wrk
 from bench.report import Row, render
 from bench.util import fdatasync_latency, log
@@ -28,6 +28,7 @@ SECTIONS: dict[str, Callable[[Path], list[Row]]] = {
     "appends": appends.run,
     "restart": restart.run,
     "stream": stream.run,
+    "keys": keys.run,
 }
 
 

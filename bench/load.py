@@ -34,7 +34,9 @@ function init(args)
   local f = io.open(args[2], "rb")
   local body = f:read("*a")
   f:close()
-  req = wrk.format("POST", "/sessions/" .. args[1] .. id .. "/events", {["Content-Type"] = "application/json"}, body)
+  local headers = {["Content-Type"] = "application/json"}
+  if args[3] ~= nil and args[3] ~= "" then headers["Authorization"] = "Bearer " .. args[3] end
+  req = wrk.format("POST", "/sessions/" .. args[1] .. id .. "/events", headers, body)
 end
 function request()
   return req
@@ -68,8 +70,11 @@ def have_wrk() -> bool:
     return os.environ.get("BENCH_LOADGEN", "").lower() != "python" and shutil.which("wrk") is not None
 
 
-def run_load(port: int, prefix: str, body: bytes, *, clients: int, seconds: float) -> LoadResult:
-    """Drive ``clients`` sessions ``<prefix>0`` .. ``<prefix>{clients-1}`` for ``seconds``."""
+def run_load(
+    port: int, prefix: str, body: bytes, *, clients: int, seconds: float, key: str | None = None
+) -> LoadResult:
+    """Drive ``clients`` sessions ``<prefix>0`` .. ``<prefix>{clients-1}`` for ``seconds`` (with ``key`` as a
+    bearer key in every request)."""
     with tempfile.TemporaryDirectory(prefix="forklog-load-") as folder:
         body_path = Path(folder) / "body.json"
         body_path.write_bytes(body)
@@ -89,6 +94,7 @@ def run_load(port: int, prefix: str, body: bytes, *, clients: int, seconds: floa
                 "--",
                 prefix,
                 str(body_path),
+                key or "",
             ]
             tool = "wrk"
         else:
@@ -106,6 +112,7 @@ def run_load(port: int, prefix: str, body: bytes, *, clients: int, seconds: floa
                 str(clients),
                 "--seconds",
                 str(seconds),
+                *(["--key", key] if key else []),
             ]
             tool = "python"
         out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
@@ -126,10 +133,13 @@ def run_load(port: int, prefix: str, body: bytes, *, clients: int, seconds: floa
 # -- the Python fallback ------------------------------------------------------------------------------------------
 
 
-async def _client(port: int, path: str, body: bytes, stop_at: float, latencies: list[int], errors: list[int]) -> None:
+async def _client(
+    port: int, path: str, body: bytes, key: str | None, stop_at: float, latencies: list[int], errors: list[int]
+) -> None:
     reader, writer = await asyncio.open_connection(HOST, port)
+    authorization = f"Authorization: Bearer {key}\r\n" if key else ""
     request = (
-        f"POST {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: application/json\r\n{authorization}"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode() + body
     try:
@@ -151,13 +161,15 @@ async def _client(port: int, path: str, body: bytes, stop_at: float, latencies: 
         writer.close()
 
 
-async def _drive(port: int, prefix: str, body: bytes, clients: int, seconds: float) -> dict[str, float]:
+async def _drive(
+    port: int, prefix: str, body: bytes, clients: int, seconds: float, key: str | None
+) -> dict[str, float]:
     latencies: list[int] = []
     errors: list[int] = []
     started = time.perf_counter()
     stop_at = started + seconds
     await asyncio.gather(
-        *(_client(port, f"/sessions/{prefix}{i}/events", body, stop_at, latencies, errors) for i in range(clients))
+        *(_client(port, f"/sessions/{prefix}{i}/events", body, key, stop_at, latencies, errors) for i in range(clients))
     )
     elapsed = time.perf_counter() - started
     latencies.sort()
@@ -181,8 +193,9 @@ def main() -> None:
     parser.add_argument("--body", type=Path, required=True)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--key", help="a bearer key sent with every request")
     args = parser.parse_args()
-    work = _drive(args.port, args.prefix, args.body.read_bytes(), args.clients, args.seconds)
+    work = _drive(args.port, args.prefix, args.body.read_bytes(), args.clients, args.seconds, args.key)
     try:
         import uvloop
 

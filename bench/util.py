@@ -84,12 +84,14 @@ def fsync_dir(path: Path) -> None:
 class Client:
     """One keep-alive HTTP/1.1 connection; ``call`` returns (status, body bytes)."""
 
-    def __init__(self, port: int, timeout: float = 600.0) -> None:
+    def __init__(self, port: int, timeout: float = 600.0, *, key: str | None = None) -> None:
         self._conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+        self._auth = {"Authorization": f"Bearer {key}"} if key else {}
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
         payload = None if body is None else (body if isinstance(body, bytes) else orjson.dumps(body))
         headers = {"Content-Type": "application/json"} if payload is not None else {}
+        headers.update(self._auth)
         self._conn.request(method, path, body=payload, headers=headers)
         response = self._conn.getresponse()
         return response.status, response.read()
@@ -153,7 +155,9 @@ def spawn(argv: list[str], log_path: Path, port: int) -> Server:
     return Server(process, port, log_path, started)
 
 
-def forklog_argv(port: int, data_dir: Path, *, log_level: str = "warning", fsync: bool = True) -> list[str]:
+def forklog_argv(
+    port: int, data_dir: Path, *, log_level: str = "warning", fsync: bool = True, extra: tuple[str, ...] = ()
+) -> list[str]:
     argv = [
         sys.executable,
         "-m",
@@ -164,13 +168,16 @@ def forklog_argv(port: int, data_dir: Path, *, log_level: str = "warning", fsync
         str(data_dir),
         "--log-level",
         log_level,
+        *extra,
     ]
     return argv if fsync else [*argv, "--no-fsync"]
 
 
-def start_forklog(data_dir: Path, log_path: Path, *, log_level: str = "warning", fsync: bool = True) -> Server:
+def start_forklog(
+    data_dir: Path, log_path: Path, *, log_level: str = "warning", fsync: bool = True, extra: tuple[str, ...] = ()
+) -> Server:
     port = free_port()
-    return spawn(forklog_argv(port, data_dir, log_level=log_level, fsync=fsync), log_path, port)
+    return spawn(forklog_argv(port, data_dir, log_level=log_level, fsync=fsync, extra=extra), log_path, port)
 
 
 def start_empty_app(log_path: Path) -> Server:

@@ -37,6 +37,11 @@ def _identity(path: Path) -> Identity:
 def read_keys(path: Path) -> list[ApiKey]:
     try:
         text = path.read_bytes()
+    except FileNotFoundError:
+        raise KeysFileError(
+            f"keys file {path}: no such file; make one with: python -m app keys new --tenant default --scope read "
+            f"--scope write --keys-file {path}"
+        ) from None
     except OSError as exc:
         raise KeysFileError(f"keys file {path}: cannot be read ({exc.strerror or exc})") from None
     try:

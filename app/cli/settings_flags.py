@@ -27,7 +27,7 @@ def add_setting_flags(
         env = f"{prefix}{name}".upper()
         default = field.get_default(call_default_factory=True)
         shown = ",".join(default) if isinstance(default, list) else default
-        help_text = f"{field.description} ({env}; default {shown if shown not in ('', []) else 'none'})"
+        help_text = f"{field.description} ({env}; default {shown if shown not in ('', [], None) else 'none'})"
         annotation = field.annotation
         if annotation is bool:
             parser.add_argument(

@@ -11,11 +11,13 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from tests.e2e.server import REPO, Server, free_port
+from tests.e2e.server import REPO, Server, free_port, run_app
 
 pytestmark = pytest.mark.e2e
 
@@ -125,3 +127,48 @@ def test_compose_builds_the_image_publishes_8000_and_keeps_data_in_a_named_volum
     named = [source for source, target, *_ in mounts if target == "/data"]
     assert named, "a volume is mounted at /data"
     assert named[0] in document["volumes"], "the /data volume is a named volume declared at the top level"
+
+
+def image_environment(**changes: str) -> dict[str, str]:
+    """This machine's environment with the image's FORKLOG_* settings (``changes`` on top)."""
+    kept = {name: value for name, value in os.environ.items() if not name.startswith("FORKLOG_")}
+    return {**kept, **env(), **changes}
+
+
+def test_the_image_needs_a_keys_file_and_starts_with_one(tmp_path: Path) -> None:
+    """The image listens on every address: without its keys file it refuses to start, saying how to make one; with
+    a key made by `keys new` it serves, and only to that key."""
+    assert "FORKLOG_ALLOW_UNAUTHENTICATED" not in env()
+    data, port = str(tmp_path / "data"), str(free_port())
+    missing = subprocess.run(
+        [sys.executable, "-m", "app"],
+        cwd=REPO,
+        env=image_environment(FORKLOG_DATA_DIR=data, FORKLOG_PORT=port, FORKLOG_KEYS_FILE=str(tmp_path / "absent")),
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert missing.returncode != 0 and "keys new" in missing.stderr
+    keys = tmp_path / "keys.jsonl"
+    made = run_app("keys", "new", "--tenant", "default", "--scope", "read", "--keys-file", str(keys))
+    key = made.stdout.strip()
+    server = Server(tmp_path / "data", tmp_path / "server.log", args=("--host", "0.0.0.0", "--keys-file", str(keys)))
+    server.start()
+    try:
+        assert server.get("/sessions").status_code == 401
+        answer = httpx.get(f"{server.base}/sessions", headers={"Authorization": f"Bearer {key}"}, timeout=10)
+        assert answer.status_code == 200
+    finally:
+        server.stop()
+
+
+def test_compose_mounts_the_keys_file_as_a_secret_where_the_image_reads_it() -> None:
+    document = compose()
+    (service,) = document["services"].values()
+    (secret,) = service["secrets"]
+    assert env()["FORKLOG_KEYS_FILE"] == f"/run/secrets/{secret}"
+    assert document["secrets"][secret] == {"file": "./keys.jsonl"}
+    assert "FORKLOG_ALLOW_UNAUTHENTICATED" not in service.get("environment", {})
+    ignored = (REPO / ".gitignore").read_text() + (REPO / ".dockerignore").read_text()
+    assert "keys.jsonl" in ignored, "a keys file is never committed nor sent to a build"

@@ -240,7 +240,7 @@ def test_hostile_authorization_headers_are_refused_as_unauthenticated(
     keyed: Callable[[], TestClient], name: str
 ) -> None:
     client = keyed()
-    answer = client.get("/sessions", headers=HOSTILE[name])  # type: ignore[arg-type]
+    answer = client.get("/sessions", headers=HOSTILE[name])
     assert_problem(answer, 401, "UNAUTHENTICATED")
 
 
@@ -250,7 +250,7 @@ def test_a_second_authorization_header_is_refused_even_with_a_good_key(
     client = keyed()
     good = f"Bearer {keys.secrets['readwrite']}".encode()
     for pair in ([good, b"Bearer other"], [good, good]):
-        answer = client.get("/sessions", headers=[(b"authorization", value) for value in pair])  # type: ignore[arg-type]
+        answer = client.get("/sessions", headers=[(b"authorization", value) for value in pair])
         assert_problem(answer, 401, "UNAUTHENTICATED")
 
 

@@ -5,23 +5,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["LogLevel", "Settings"]
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
-BackendName = Literal["files", "memory"]
+BackendName = Literal["files", "memory", "postgres"]
 
 # Comma-separated in the environment (FORKLOG_CORS_ORIGINS=https://a.example,https://b.example), a list in code.
 CommaList = Annotated[list[str], NoDecode]
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FORKLOG_", extra="forbid", frozen=True)
+    # hide_input_in_errors: a bad value is named, never echoed (FORKLOG_DATABASE_URL may hold a password).
+    model_config = SettingsConfigDict(env_prefix="FORKLOG_", extra="forbid", frozen=True, hide_input_in_errors=True)
 
     backend: BackendName = Field(
-        "files", description="files (JSONL in data_dir, the default) or memory (nothing kept across restarts)"
+        "files",
+        description="files (JSONL in data_dir, the default), memory (nothing kept across restarts) or postgres "
+        "(implied by database_url)",
+    )
+    database_url: SecretStr | None = Field(
+        None, description="a postgresql:// URL: serve from that PostgreSQL database instead of data_dir"
     )
     data_dir: Path = Field(Path("./data"), description="where the session files live")
     host: str = Field("127.0.0.1", min_length=1, description="the address to listen on")
@@ -44,6 +50,23 @@ class Settings(BaseSettings):
     cors_origins: CommaList = Field(
         default_factory=list, description="origins (scheme://host[:port]) whose pages may call the API"
     )
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith("postgresql://"):
+            raise ValueError("must be a postgresql:// URL (postgresql://user:password@host:5432/dbname)")
+        return value
+
+    @model_validator(mode="after")
+    def _database_url_selects_postgres(self) -> Settings:
+        if self.database_url is not None and self.backend == "files":
+            object.__setattr__(self, "backend", "postgres")  # the URL implies it (the model is frozen)
+        elif self.database_url is not None and self.backend != "postgres":
+            raise ValueError(f"backend {self.backend!r} does not use database_url; leave one of them out")
+        elif self.database_url is None and self.backend == "postgres":
+            raise ValueError("backend 'postgres' needs database_url (FORKLOG_DATABASE_URL)")
+        return self
 
     @field_validator("allowed_hosts", "cors_origins", mode="before")
     @classmethod

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-from app.cli import serve
+from app.cli import copy, serve
 
 __all__ = ["COMMANDS", "main"]
 
@@ -26,7 +26,7 @@ class Command:
         return str(getattr(self.module, "DESCRIPTION", "")).split(". ")[0]
 
 
-COMMANDS: dict[str, Command] = {command.name: command for command in (Command("serve", serve),)}
+COMMANDS: dict[str, Command] = {command.name: command for command in (Command("serve", serve), Command("copy", copy))}
 
 
 def parser_for(command: Command) -> argparse.ArgumentParser:

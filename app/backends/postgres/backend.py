@@ -110,7 +110,8 @@ def _already_remembered(exc: asyncpg.UniqueViolationError) -> bool:
 
 
 class PostgresBackend:
-    """Sessions in the database at ``url``; ``open`` waits for it (retrying) and brings its schema up to date."""
+    """Sessions in the database at ``url``; ``open`` waits for it (retrying, unless ``wait`` is off: then it raises
+    StorageUnavailable) and brings its schema up to date."""
 
     name = "postgres"
 
@@ -124,8 +125,10 @@ class PostgresBackend:
         sweep_interval: float = 60.0,
         orphan_grace_ms: int = ORPHAN_GRACE_MS,
         tip_cache_size: int = 1024,
+        wait: bool = True,
     ) -> None:
         self._url = url
+        self._wait = wait
         self._clock = clock
         self._settings = pool or PoolSettings()
         self._poll_interval = poll_interval
@@ -161,6 +164,8 @@ class PostgresBackend:
             except StartRefused:
                 raise
             except DATABASE_REFUSED as exc:
+                if not self._wait:
+                    raise StorageUnavailable(f"cannot reach the database {self.where}: {exc}") from None
                 logger.warning(
                     "the database %s is not reachable yet (%s); trying again in %.1f s",
                     self.where,

@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def describe(place: str) -> str:
-    return redact(place) if place.startswith("postgresql://") else place
+    return redact(place) if "://" in place else place
 
 
 def open_store(place: str) -> Backend:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -54,8 +55,15 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _check_database_url(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and not value.get_secret_value().startswith("postgresql://"):
+        if value is None:
+            return value
+        url = value.get_secret_value()
+        if not url.startswith("postgresql://"):
             raise ValueError("must be a postgresql:// URL (postgresql://user:password@host:5432/dbname)")
+        try:
+            urlsplit(url).port  # noqa: B018 (a port that is not a number raises here)
+        except ValueError:
+            raise ValueError("is not a valid URL (postgresql://user:password@host:5432/dbname)") from None
         return value
 
     @model_validator(mode="after")

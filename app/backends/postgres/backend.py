@@ -167,9 +167,10 @@ class PostgresBackend:
                 if not self._wait:
                     raise StorageUnavailable(f"cannot reach the database {self.where}: {exc}") from None
                 logger.warning(
-                    "the database %s is not reachable yet (%s); trying again in %.1f s",
+                    "the database %s is not reachable yet (%s: %s); trying again in %.1f s",
                     self.where,
                     type(exc).__name__,
+                    exc,
                     delay,
                 )
                 await asyncio.sleep(delay)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from app.backends.base import Backend
@@ -179,6 +180,7 @@ async def _copy(arguments: argparse.Namespace) -> CopyReport:
             MofNCompleteColumn(),
             TextColumn("events"),
             TimeRemainingColumn(),
+            console=Console(stderr=True),  # stdout stays clean for whatever a script pipes it to
             transient=True,
         )
     try:

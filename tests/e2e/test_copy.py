@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import pty
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +19,7 @@ from app.domain.ids import new_instance
 from app.domain.log import seed_log, stage
 from app.domain.session import SessionKey
 from app.service.sessions import wall_clock_ms
-from tests.e2e.server import run_app
+from tests.e2e.server import REPO, run_app
 
 pytestmark = pytest.mark.e2e
 
@@ -113,3 +118,29 @@ def test_copy_refuses_what_is_not_a_store(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "neither a data directory nor a postgresql:// URL" in result.stderr
     assert "pw@" not in result.stderr
+
+
+def test_copy_shows_a_progress_bar_on_a_terminal(tmp_path: Path, forklog_db: str) -> None:
+    original = tmp_path / "original"
+    asyncio.run(fill(original))
+    primary, secondary = pty.openpty()
+    try:
+        process = subprocess.run(
+            [sys.executable, "-m", "app", "copy", "--from", str(original), "--to", forklog_db],
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=secondary,
+            timeout=60,
+            check=False,
+        )
+        os.close(secondary)
+        shown = b""
+        with contextlib.suppress(OSError):  # EIO once everything written has been read
+            while chunk := os.read(primary, 65536):
+                shown += chunk
+    finally:
+        os.close(primary)
+    assert process.returncode == 0
+    assert b"\x1b[" in shown  # the bar was drawn (and cleared: it is transient)
+    assert b"copied 8 sessions" in shown

@@ -147,6 +147,11 @@ async def stored_version(conn: Connection) -> int:
 
 async def migrate(conn: Connection) -> int:
     """Bring the schema to :data:`SCHEMA_VERSION` (once, whoever else starts now); the version found before."""
+    found = await stored_version(conn)
+    if found > SCHEMA_VERSION:
+        raise newer_schema(found)
+    if found == SCHEMA_VERSION:
+        return found  # current: no lock, no DDL (a role without CREATE rights may serve a migrated database)
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
         await conn.execute(_VERSION_TABLE)

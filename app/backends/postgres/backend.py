@@ -53,6 +53,8 @@ logger = logging.getLogger("forklog.storage")
 
 # Seeds longer than this are copied in with COPY before the create's statement (in its transaction).
 COPY_EVENTS = 500
+# Seconds a seed's COPY may take (a copied-in session of millions of events takes tens of seconds).
+COPY_TIMEOUT = 900.0
 # Events per piece of a snapshot's seed.
 CHUNK_EVENTS = 20_000
 # How long a deleted session's rows stay for snapshots still streaming them (the sweep reclaims them afterwards).
@@ -392,6 +394,7 @@ class PostgresBackend:
                             "forklog_events",
                             records=zip([log_id] * len(seqs), seqs, lines, strict=True),
                             columns=("log", "seq", "line"),
+                            timeout=COPY_TIMEOUT,
                         )
                     made = await conn.fetchrow(
                         statement,

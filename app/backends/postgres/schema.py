@@ -7,7 +7,8 @@ moment wait on the lock; the first applies, the others find the schema current.
 
 Tables (every name starts with ``forklog_``):
 
-- ``sessions``: one row per live session, keyed by (tenant, id): the header, the log it reads (``log``), its length
+- ``sessions``: one row per live session, keyed by (tenant, id) (compared byte by byte, ``COLLATE "C"``, so that
+  lists are in the same order whatever the database's locale): the header, the log it reads (``log``), its length
   (``count``, the head an append is conditional on), the rules' state after its last event (``state``, JSON without
   the surface nodes) and ``change_seq`` (from a global sequence, for the change poll).
 - ``logs``: the stored logs. A session incarnation has its own log; a fork's log starts with the first
@@ -52,8 +53,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX forklog_logs_orphaned ON forklog_logs (orphaned_at) WHERE orphaned_at IS NOT NULL;
     CREATE INDEX forklog_logs_incarnation ON forklog_logs (tenant, session_id, instance);
     CREATE TABLE forklog_sessions (
-        tenant text NOT NULL,
-        id text NOT NULL,
+        tenant text COLLATE "C" NOT NULL,
+        id text COLLATE "C" NOT NULL,
         instance text NOT NULL,
         created_at bigint NOT NULL,
         cwd text,

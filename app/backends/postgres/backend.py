@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -60,6 +61,7 @@ CHUNK_EVENTS = 20_000
 # How long a deleted session's rows stay for snapshots still streaming them (the sweep reclaims them afterwards).
 ORPHAN_GRACE_MS = 600_000
 OWN_CHANGES_KEPT = 100_000
+WARN_EVERY = 30.0  # seconds between warnings while a start waits for the database
 
 
 def _header_of(session_id: str, row: asyncpg.Record) -> SessionHeader:
@@ -159,6 +161,7 @@ class PostgresBackend:
         """Connect and migrate, retrying with a backoff while the database cannot be reached; StartRefused for a
         schema newer than this forklog's."""
         delay = 0.1
+        warned_at: float | None = None
         while True:
             try:
                 await self._connect()
@@ -168,7 +171,13 @@ class PostgresBackend:
             except DATABASE_REFUSED as exc:
                 if not self._wait:
                     raise StorageUnavailable(f"cannot reach the database {self.where}: {exc}") from None
-                logger.warning(
+                now = time.monotonic()
+                # A warning at once, then one every WARN_EVERY seconds: a long outage does not flood the log.
+                level = logging.WARNING if warned_at is None or now - warned_at >= WARN_EVERY else logging.DEBUG
+                if level == logging.WARNING:
+                    warned_at = now
+                logger.log(
+                    level,
                     "the database %s is not reachable yet (%s: %s); trying again in %.1f s",
                     self.where,
                     type(exc).__name__,

@@ -137,11 +137,16 @@ class ChangeFeed:
         while len(self._marks) > 1 and self._marks[1][0] <= now - LOOKBACK:
             self._marks.popleft()
         low = self._marks[0][1]
-        rows = await conn.fetch(_POLL, low, MAX_ROWS)
-        for row in rows:
-            change_seq = int(row["change_seq"])
-            self._high = max(self._high, change_seq)
-            self._report(SessionKey(row["tenant"], row["id"]), change_seq)
+        while True:
+            # A session row keeps only its latest change number, so a page holds one row per session changed.
+            rows = await conn.fetch(_POLL, low, MAX_ROWS)
+            for row in rows:
+                change_seq = int(row["change_seq"])
+                self._high = max(self._high, change_seq)
+                self._report(SessionKey(row["tenant"], row["id"]), change_seq)
+            if len(rows) < MAX_ROWS:
+                break
+            low = int(rows[-1]["change_seq"])
         # What is below every watermark still in use can never be polled again.
         floor = self._marks[0][1]
         if len(self._reported) > 4 * MAX_ROWS:

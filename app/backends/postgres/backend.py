@@ -26,7 +26,7 @@ from app.backends.base import ChangeListener, Readiness, Remember, Remembered, S
 from app.backends.errors import AlreadyExists, AlreadyRemembered, StaleHead, StartRefused, StorageUnavailable
 from app.backends.postgres import queries
 from app.backends.postgres.chains import Chain, ChainCache
-from app.backends.postgres.changes import ChangeFeed, notice
+from app.backends.postgres.changes import ChangeFeed, Doorbell
 from app.backends.postgres.pool import (
     DATABASE_DOWN,
     DATABASE_REFUSED,
@@ -148,6 +148,7 @@ class PostgresBackend:
         self._feed = ChangeFeed(
             url, self._settings, self._replica, self._listeners, poll_interval=poll_interval, own=self._own.__contains__
         )
+        self._doorbell = Doorbell(self._replica, self._notify)
         self._sweeper: asyncio.Task[None] | None = None
 
     @property
@@ -187,6 +188,7 @@ class PostgresBackend:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
         self._sweeper = asyncio.create_task(self._sweep_now_and_then(), name="forklog-sweep")
+        self._doorbell.start()
         if self._listeners:
             self._feed.start()
 
@@ -201,6 +203,7 @@ class PostgresBackend:
 
     async def close(self) -> None:
         await self._feed.stop()
+        await self._doorbell.stop()
         sweeper, self._sweeper = self._sweeper, None
         if sweeper is not None:
             sweeper.cancel()
@@ -230,12 +233,18 @@ class PostgresBackend:
         async with storage_errors(), pool.acquire(timeout=self._settings.acquire_timeout) as conn:
             yield conn
 
-    def _owned(self, change_seq: int) -> None:
-        """Remember a change number of this replica's (the change feed does not report them back)."""
+    def _changed(self, key: SessionKey, change_seq: int) -> None:
+        """A change of this replica's committed: tell the others, and remember its number (the change feed does not
+        report it back)."""
+        self._doorbell.ring(key, change_seq)
         self._own.add(change_seq)
         self._own_order.append(change_seq)
         if len(self._own_order) > OWN_CHANGES_KEPT:
             self._own.discard(self._own_order.popleft())
+
+    async def _notify(self, payloads: list[str]) -> None:
+        async with self._connection() as conn:
+            await conn.fetchval(queries.NOTIFY, payloads)
 
     # -- reads -----------------------------------------------------------------------------------------------------
 
@@ -417,7 +426,6 @@ class PostgresBackend:
                         encode_state(log.state),
                         None,
                         0,
-                        notice(self._replica, key),
                         *rows.params(),
                     )
                     if made is None:
@@ -430,7 +438,7 @@ class PostgresBackend:
             if _already_remembered(exc):
                 raise AlreadyRemembered("the Idempotency-Key was used already") from None
             raise
-        self._owned(made["change_seq"])
+        self._changed(key, made["change_seq"])
         self._tips.put(key, CachedTip(session, log_id, log.state))
         return session
 
@@ -473,7 +481,6 @@ class PostgresBackend:
                         encode_state(state),
                         parent,
                         count if parent is not None else 0,
-                        notice(self._replica, key),
                         *empty,
                     )
                     if made is None:
@@ -486,7 +493,7 @@ class PostgresBackend:
             if _already_remembered(exc):
                 raise AlreadyRemembered("the Idempotency-Key was used already") from None
             raise
-        self._owned(made["change_seq"])
+        self._changed(key, made["change_seq"])
         return session
 
     async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[Remembered] = ()) -> None:
@@ -503,7 +510,6 @@ class PostgresBackend:
             encode_state(staged.state),
             staged.base_count,
             *Rows.of_staged(staged).params(),
-            notice(self._replica, key),
         ]
         statement = queries.APPEND
         if remember:
@@ -522,18 +528,16 @@ class PostgresBackend:
             raise
         if row is None:
             raise StaleHead(f'session "{key.id}" moved (or was replaced) since the batch was staged')
-        self._owned(row["change_seq"])
+        self._changed(key, row["change_seq"])
         session = Session(key, cached.session.header, head_of(staged.state))
         self._tips.put(key, CachedTip(session, cached.log, staged.state))
 
     async def delete(self, key: SessionKey) -> None:
         self._tips.drop(key)
         async with self._connection() as conn:
-            row = await conn.fetchrow(
-                queries.DELETE_SESSION, key.tenant, key.id, self._clock(), notice(self._replica, key)
-            )
+            row = await conn.fetchrow(queries.DELETE_SESSION, key.tenant, key.id, self._clock())
         if row is not None:
-            self._owned(row["change_seq"])
+            self._changed(key, row["change_seq"])
 
     async def tenants(self) -> list[str]:
         async with self._connection() as conn:

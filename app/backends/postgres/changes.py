@@ -1,12 +1,14 @@
 """Other replicas' changes, reported to this one's listeners: LISTEN/NOTIFY as a doorbell, a poll as the truth.
 
 Every change of a session (create, append, fork, restore, delete) takes a number from the ``forklog_changes``
-sequence into its row (a delete into a ``forklog_deletions`` row) and, in the same transaction, notifies channel
-``forklog_changes`` with ``[replica, tenant, id]|change_seq``. A notification is reported at once; and every
-``poll_interval`` the feed reads the rows whose change number is above its watermark, so a lost notification (or a
-connection that was down) costs at most one interval. Sequence numbers are taken before commit, so a transaction can
-commit after a later one: the watermark used is the one of ``LOOKBACK`` seconds ago, and a change already reported
-(or this replica's own) is not reported again.
+sequence into its row (a delete into a ``forklog_deletions`` row). After it commits, this replica's
+:class:`Doorbell` notifies channel ``forklog_changes`` with ``[replica, [[tenant, id, change_seq], ...]]``: one
+statement for all the changes of a moment, outside the changes' transactions (a NOTIFY in a transaction takes a
+lock that serializes every commit: measured here, 32 clients' appends went from ~4,100 to ~1,500 a second). A
+notification is reported at once; and every ``poll_interval`` the feed reads the rows whose change number is above
+its watermark, so a lost notification (or a connection that was down) costs at most one interval. Sequence numbers
+are taken before commit, so a transaction can commit after a later one: the watermark used is the one of
+``LOOKBACK`` seconds ago, and a change already reported (or this replica's own) is not reported again.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import orjson
 
@@ -24,7 +26,7 @@ from app.backends.base import ChangeListener
 from app.backends.postgres.pool import DATABASE_REFUSED, Connection, PoolSettings, connect
 from app.domain.session import SessionKey
 
-__all__ = ["CHANNEL", "ChangeFeed", "notice"]
+__all__ = ["CHANNEL", "ChangeFeed", "Doorbell"]
 
 logger = logging.getLogger("forklog.storage")
 
@@ -43,9 +45,64 @@ SELECT GREATEST((SELECT max(change_seq) FROM forklog_sessions), (SELECT max(chan
 """
 
 
-def notice(replica: str, key: SessionKey) -> str:
-    """The payload of a change's notification; the statement adds ``|`` and the change number."""
-    return orjson.dumps([replica, key.tenant, key.id]).decode()
+PAYLOAD_BYTES = 7000  # below PostgreSQL's 8000-byte limit on a notification's payload
+RING_INTERVAL = 0.01  # seconds between two rings: changes of the meantime share one
+
+
+def payloads(replica: str, changes: dict[SessionKey, int]) -> list[str]:
+    """The notifications announcing ``changes``, each within PAYLOAD_BYTES."""
+    found: list[str] = []
+    batch: list[tuple[str, str, int]] = []
+    size = 0
+    for key, change_seq in changes.items():
+        entry = (key.tenant, key.id, change_seq)
+        entry_size = len(key.tenant) + len(key.id) + 32
+        if batch and size + entry_size > PAYLOAD_BYTES:
+            found.append(orjson.dumps([replica, batch]).decode())
+            batch, size = [], 0
+        batch.append(entry)
+        size += entry_size
+    if batch:
+        found.append(orjson.dumps([replica, batch]).decode())
+    return found
+
+
+class Doorbell:
+    """Rings (NOTIFY) for this replica's changes once they committed, a batch at a time; a ring that fails is
+    dropped (the other replicas' polls find the change)."""
+
+    def __init__(self, replica: str, send: Callable[[list[str]], Awaitable[None]]) -> None:
+        self._replica = replica
+        self._send = send
+        self._pending: dict[SessionKey, int] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="forklog-doorbell")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def ring(self, key: SessionKey, change_seq: int) -> None:
+        self._pending[key] = max(change_seq, self._pending.get(key, -1))
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            changes, self._pending = self._pending, {}
+            try:
+                await self._send(payloads(self._replica, changes))
+            except Exception as exc:  # the polls find these changes anyway
+                logger.debug("a change notification was not sent (%s)", type(exc).__name__)
+            await asyncio.sleep(RING_INTERVAL)
 
 
 class ChangeFeed:
@@ -99,13 +156,13 @@ class ChangeFeed:
         if not isinstance(payload, str):
             return
         try:
-            described, _, change_seq = payload.rpartition("|")
-            replica, tenant, session_id = orjson.loads(described)
-            number = int(change_seq)
-        except (orjson.JSONDecodeError, ValueError):
+            replica, changes = orjson.loads(payload)
+            if replica == self._replica:
+                return
+            for tenant, session_id, change_seq in changes:
+                self._report(SessionKey(tenant, session_id), int(change_seq))
+        except (orjson.JSONDecodeError, ValueError, TypeError):
             return
-        if replica != self._replica:
-            self._report(SessionKey(tenant, session_id), number)
 
     async def _run(self) -> None:
         delay = self._poll_interval

@@ -16,6 +16,7 @@ __all__ = [
     "INSERT_REMEMBERED",
     "LINES",
     "NEW_LOG_ID",
+    "NOTIFY",
     "RECALL",
     "RESTORE_SESSION",
     "SESSION_COLUMNS",
@@ -73,7 +74,7 @@ TURN_END = "SELECT time, checkpoint FROM forklog_turn_ends WHERE log = $1 AND se
 INCARNATION_LOG = "SELECT id FROM forklog_logs WHERE tenant = $1 AND session_id = $2 AND instance = $3"
 
 # An append, one statement: the head moves only if it is where the batch was staged ($3 log, $6 count), and the rows
-# go in only if it moved. Then a notification for the other replicas: $15 (see changes.notice) | the change number.
+# go in only if it moved. (No NOTIFY in it: notifications serialize commits, so they are sent after, in batches.)
 _APPEND_HEAD = """
 WITH head AS (
     UPDATE forklog_sessions SET count = $4, state = $5, change_seq = nextval('forklog_changes')
@@ -93,18 +94,17 @@ _REMEMBERED_COLUMNS = (
     "tenant, key, fingerprint, status, location, body, created_at, session, instance, first_seq, end_seq"
 )
 _REMEMBERED_ARRAYS = (
-    "unnest($16::text[], $17::text[], $18::text[], $19::int[], $20::text[], $21::bytea[], $22::bigint[], "
-    "$23::text[], $24::text[], $25::bigint[], $26::bigint[])"
+    "unnest($15::text[], $16::text[], $17::text[], $18::int[], $19::text[], $20::bytea[], $21::bigint[], "
+    "$22::text[], $23::text[], $24::bigint[], $25::bigint[])"
 )
-_NOTIFY = "pg_notify('forklog_changes', $15 || '|' || head.change_seq)"
-APPEND = _APPEND_HEAD + f"\nSELECT head.change_seq, {_NOTIFY} FROM head"
+APPEND = _APPEND_HEAD + "\nSELECT head.change_seq FROM head"
 APPEND_REMEMBERING = (
     _APPEND_HEAD
     + f""", remembered AS (
     INSERT INTO forklog_remembered ({_REMEMBERED_COLUMNS})
     SELECT u.* FROM head, {_REMEMBERED_ARRAYS} AS u
 )
-SELECT head.change_seq, {_NOTIFY} FROM head"""
+SELECT head.change_seq FROM head"""
 )
 
 NEW_LOG_ID = "SELECT nextval('forklog_log_ids')"
@@ -116,10 +116,10 @@ INSERT_REMEMBERED = (
 CLAIM_SOURCE = "SELECT log, count FROM forklog_sessions WHERE tenant = $1 AND id = $2 AND instance = $3 FOR KEY SHARE"
 
 # A new session, one statement: $1 tenant, $2 id, $3 instance, $4 now (or the restored createdAt), $5..$10 the
-# header's optional fields, $11 log, $12 count, $13 state, $14 parent log, $15 parent count, $16 the notification,
-# $17..$24 the seed's rows (as in an append; empty when they were copied in before). The createdAt is max(now, 1 +
-# the largest given) from the one-row clock, locked until commit, so that creates on every replica follow each
-# other. A taken id inserts nothing (and the caller's transaction, if any, is rolled back).
+# header's optional fields, $11 log, $12 count, $13 state, $14 parent log, $15 parent count, $16..$23 the seed's
+# rows (as in an append; empty when they were copied in before). The createdAt is max(now, 1 + the largest given)
+# from the one-row clock, locked until commit, so that creates on every replica follow each other. A taken id
+# inserts nothing (and the caller's transaction, if any, is rolled back).
 _NEW_SESSION = """
 , session AS (
     INSERT INTO forklog_sessions (tenant, id, instance, created_at, cwd, parent_session, seed_length, origin,
@@ -133,16 +133,15 @@ _NEW_SESSION = """
     SELECT $11, $1, $2, $3, $14, $15 FROM session
 ), events AS (
     INSERT INTO forklog_events (log, seq, line)
-    SELECT $11, u.seq, u.line FROM session, unnest($17::bigint[], $18::text[]) AS u(seq, line)
+    SELECT $11, u.seq, u.line FROM session, unnest($16::bigint[], $17::text[]) AS u(seq, line)
 ), surface AS (
     INSERT INTO forklog_surface (log, seq, start_seq, end_seq)
-    SELECT $11, u.seq, u.s, u.e FROM session, unnest($19::bigint[], $20::bigint[], $21::bigint[]) AS u(seq, s, e)
+    SELECT $11, u.seq, u.s, u.e FROM session, unnest($18::bigint[], $19::bigint[], $20::bigint[]) AS u(seq, s, e)
 ), turn_ends AS (
     INSERT INTO forklog_turn_ends (log, seq, time, checkpoint)
-    SELECT $11, u.seq, u.t, u.c FROM session, unnest($22::bigint[], $23::bigint[], $24::text[]) AS u(seq, t, c)
+    SELECT $11, u.seq, u.t, u.c FROM session, unnest($21::bigint[], $22::bigint[], $23::text[]) AS u(seq, t, c)
 )
-SELECT session.created_at, session.change_seq, pg_notify('forklog_changes', $16 || '|' || session.change_seq)
-FROM session
+SELECT session.created_at, session.change_seq FROM session
 """
 CREATE_SESSION = (
     "WITH clock AS (UPDATE forklog_clock SET last_created_at = GREATEST($4, last_created_at + 1) "
@@ -163,8 +162,7 @@ WITH gone AS (
     SELECT $1, $2, nextval('forklog_changes'), $3 FROM gone
     RETURNING change_seq
 )
-SELECT tomb.change_seq, pg_notify('forklog_changes', $4 || '|' || tomb.change_seq)
-FROM tomb
+SELECT tomb.change_seq FROM tomb
 """
 
 RECALL = (
@@ -172,3 +170,6 @@ RECALL = (
     "FROM forklog_remembered WHERE tenant = $1 AND key = $2"
 )
 FORGET = "DELETE FROM forklog_remembered WHERE created_at < $1"
+
+# The doorbell: one statement rings for a batch of changes ($1 the payloads, see changes.Doorbell).
+NOTIFY = "SELECT count(pg_notify('forklog_changes', payload)) FROM unnest($1::text[]) AS payload"

@@ -269,7 +269,8 @@ def test_a_database_with_a_newer_schema_refuses_to_start_naming_both_versions(fo
             await conn.close()
 
     asyncio.run(bump())
-    result = run_app("--database-url", with_password(forklog_db), "--port", str(free_port()))
+    # The environment variable selects PostgreSQL as the flag does.
+    result = run_app("--port", str(free_port()), env={"FORKLOG_DATABASE_URL": with_password(forklog_db)})
     assert result.returncode != 0
     assert f"version {SCHEMA_VERSION + 41}" in result.stderr
     assert f"version {SCHEMA_VERSION}" in result.stderr

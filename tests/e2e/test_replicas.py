@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import StartServer
-from tests.e2e.server import Server
+from tests.e2e.server import GRACEFUL_EXITS, Server
+from tests.e2e.test_server import check_walk_answers, run_walk, state
 
 pytestmark = pytest.mark.e2e
 
@@ -151,3 +152,18 @@ def test_a_delete_through_one_replica_is_seen_at_once_through_the_other(replicas
     assert second.post("/sessions/s/events", {"events": [note("b")]}).status_code == 404
     assert second.post("/sessions", {"id": "s"}).status_code == 201
     assert first.get("/sessions/s").json()["eventCount"] == 0
+
+
+def test_the_readme_walk_on_postgresql_reads_the_same_through_the_other_replica_and_after_a_restart(
+    replicas: tuple[Server, Server], start_server: StartServer, forklog_db: str
+) -> None:
+    first, second = replicas
+    check_walk_answers(run_walk(first.base))
+    seen = state(first)
+    assert seen["order"] == ["demo", "demo-child"]
+    assert state(second) == seen
+    assert first.stop() in GRACEFUL_EXITS
+    assert second.stop() in GRACEFUL_EXITS
+    again = start_server(None, "--database-url", forklog_db)
+    assert again.get("/readyz").json() == {"status": "ready", "sessions": 2, "corrupt": []}
+    assert state(again) == seen

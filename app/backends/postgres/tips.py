@@ -42,11 +42,18 @@ class StoredTip:
             raise LookupError(f"event {seq} was not fetched with the tip (not named in wanted)") from None
 
 
-class TipCache:
-    """The most recently used ``size`` entries."""
+def _weight(entry: CachedTip) -> int:
+    return 1 + len(entry.state.nodes)
 
-    def __init__(self, size: int = 1024) -> None:
+
+class TipCache:
+    """The most recently used entries: at most ``size`` of them, holding at most ``max_nodes`` surface nodes in all
+    (a long session's nodes are most of what an entry weighs)."""
+
+    def __init__(self, size: int = 1024, *, max_nodes: int = 2_000_000) -> None:
         self._size = size
+        self._max_nodes = max_nodes
+        self._weight = 0
         self._entries: OrderedDict[SessionKey, CachedTip] = OrderedDict()
 
     def get(self, key: SessionKey) -> CachedTip | None:
@@ -60,13 +67,18 @@ class TipCache:
         kept = self._entries.get(key)
         if kept is not None and kept.log == entry.log and kept.state.count > entry.state.count:
             return
+        self.drop(key)
         self._entries[key] = entry
-        self._entries.move_to_end(key)
-        if len(self._entries) > self._size:
-            self._entries.popitem(last=False)
+        self._weight += _weight(entry)
+        while len(self._entries) > 1 and (len(self._entries) > self._size or self._weight > self._max_nodes):
+            _, evicted = self._entries.popitem(last=False)
+            self._weight -= _weight(evicted)
 
     def drop(self, key: SessionKey) -> None:
-        self._entries.pop(key, None)
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._weight -= _weight(entry)
 
     def clear(self) -> None:
         self._entries.clear()
+        self._weight = 0

@@ -268,14 +268,20 @@ class PostgresBackend:
 
     async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
         async with self._connection() as conn:
-            row = await conn.fetchrow(queries.FIND, key.tenant, key.id)
+            row = await conn.fetchrow(queries.READ_OWN, key.tenant, key.id, start, stop)
             if row is None:
                 return b""
             stop = min(stop, row["count"])
             if start >= stop:
                 return b""
+            own_start = max(start, row["parent_count"])
+            if row["n"] != max(0, stop - own_start):
+                raise StorageUnavailable(f"events {own_start}..{stop - 1} of session {key.id!r} are not all stored")
+            own = bytes(row["body"]) + b"\n" if row["n"] else b""
+            if start >= row["parent_count"]:
+                return own  # the whole range is the session's own rows: one statement
             chain = await self._chains.get(conn, row["log"])
-            return await self._lines(conn, chain, start, stop)
+            return await self._lines(conn, chain, start, min(stop, row["parent_count"])) + own
 
     async def _lines(self, conn: Connection, chain: Chain, start: int, stop: int) -> bytes:
         found = await conn.fetchrow(queries.LINES, *chain.arrays(start, stop))

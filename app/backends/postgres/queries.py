@@ -17,6 +17,7 @@ __all__ = [
     "LINES",
     "NEW_LOG_ID",
     "NOTIFY",
+    "READ_OWN",
     "RECALL",
     "RESTORE_SESSION",
     "SESSION_COLUMNS",
@@ -57,6 +58,19 @@ LINES = """
 SELECT convert_to(string_agg(e.line, E'\\n' ORDER BY e.seq), 'UTF8'), count(*)
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS p(log, lo, hi)
 JOIN forklog_events e ON e.log = p.log AND e.seq >= p.lo AND e.seq < p.hi
+"""
+# A read in one statement when the range lies in the session's own rows (seq >= its log's parent_count): the head,
+# the log, where its own rows start, and those lines of events $3 .. $4 - 1 (with how many there are).
+READ_OWN = """
+SELECT s.log, s.count, l.parent_count, own.body, own.n
+FROM forklog_sessions s
+JOIN forklog_logs l ON l.id = s.log
+CROSS JOIN LATERAL (
+    SELECT convert_to(string_agg(e.line, E'\\n' ORDER BY e.seq), 'UTF8') AS body, count(*) AS n
+    FROM forklog_events e
+    WHERE e.log = s.log AND e.seq >= GREATEST($3, l.parent_count) AND e.seq < LEAST($4, s.count)
+) AS own
+WHERE s.tenant = $1 AND s.id = $2
 """
 # Single events by (log, seq).
 EVENTS_AT = """

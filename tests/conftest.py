@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import asyncpg
 import pytest
+
+from app.backends.postgres.schema import migrate
+from tests.support.pg_fixtures import pg_cluster, pg_server, pg_url
+from tests.support.postgres import PostgresCluster, PostgresServer, fresh_database_name
+
+__all__ = ["dsh_logs_dir", "forklog_db", "forklog_template", "pg_cluster", "pg_server", "pg_url"]
 
 REPO = Path(__file__).resolve().parents[1]
 DSH_LOGS = REPO.parent / "shared" / "fixtures" / "dsh-logs"
@@ -20,3 +30,39 @@ def dsh_logs_dir() -> Path:
             pytest.fail(reason)
         pytest.skip(reason)
     return DSH_LOGS
+
+
+# -- PostgreSQL (tests/support): one server per session, a fresh database per test ------------------------------------
+# pg_server, pg_url and pg_cluster come from tests/support/pg_fixtures.py; forklog_db is a database that already holds
+# forklog's schema, copied from a template migrated once per session (CREATE DATABASE ... TEMPLATE is far cheaper than
+# migrating every test's database).
+
+
+@pytest.fixture(scope="session")
+def forklog_template(pg_server: PostgresServer) -> Iterator[str]:
+    name = pg_server.create_database(fresh_database_name("forklog_template"))
+
+    async def migrated() -> None:
+        conn = await asyncpg.connect(pg_server.url(name))
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+
+    # In a thread of its own: the fixture may be asked for from inside a running event loop (an async fixture).
+    with ThreadPoolExecutor(1) as worker:
+        worker.submit(asyncio.run, migrated()).result()
+    yield name
+    pg_server.drop_database(name)
+
+
+@pytest.fixture
+def forklog_db(pg_server: PostgresServer, forklog_template: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The URL of a new database with forklog's schema, dropped after the test."""
+    if isinstance(pg_server, PostgresCluster):
+        pg_server.ensure_started()
+    name = pg_server.create_database(fresh_database_name(request.node.name), template=forklog_template)
+    yield pg_server.url(name)
+    if isinstance(pg_server, PostgresCluster):
+        pg_server.ensure_started()
+    pg_server.drop_database(name)

@@ -23,15 +23,19 @@ from app.api.settings import Settings
 from app.backends.base import Backend
 from app.backends.files import FileBackend
 from app.backends.memory import MemoryBackend
+from app.backends.postgres import PostgresBackend
 from app.service.sessions import SessionService, wall_clock_ms
 
 __all__ = ["create_app", "open_backend"]
 
 
 def open_backend(settings: Settings) -> Backend:
-    """The backend the settings name; the file backend takes its data directory's lock here."""
+    """The backend the settings name; the file backend takes its data directory's lock here (PostgreSQL connects
+    when the service starts, and waits for the database)."""
     if settings.backend == "memory":
         return MemoryBackend(clock=wall_clock_ms)
+    if settings.database_url is not None:
+        return PostgresBackend(settings.database_url.get_secret_value(), clock=wall_clock_ms)
     return FileBackend(settings.data_dir, clock=wall_clock_ms, sync=settings.fsync)
 
 

@@ -4,24 +4,31 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["LogLevel", "Settings"]
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
-BackendName = Literal["files", "memory"]
+BackendName = Literal["files", "memory", "postgres"]
 
 # Comma-separated in the environment (FORKLOG_CORS_ORIGINS=https://a.example,https://b.example), a list in code.
 CommaList = Annotated[list[str], NoDecode]
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FORKLOG_", extra="forbid", frozen=True)
+    # hide_input_in_errors: a bad value is named, never echoed (FORKLOG_DATABASE_URL may hold a password).
+    model_config = SettingsConfigDict(env_prefix="FORKLOG_", extra="forbid", frozen=True, hide_input_in_errors=True)
 
     backend: BackendName = Field(
-        "files", description="files (JSONL in data_dir, the default) or memory (nothing kept across restarts)"
+        "files",
+        description="files (JSONL in data_dir, the default), memory (nothing kept across restarts) or postgres "
+        "(implied by database_url)",
+    )
+    database_url: SecretStr | None = Field(
+        None, description="a postgresql:// URL: serve from that PostgreSQL database instead of data_dir"
     )
     data_dir: Path = Field(Path("./data"), description="where the session files live")
     host: str = Field("127.0.0.1", min_length=1, description="the address to listen on")
@@ -50,6 +57,30 @@ class Settings(BaseSettings):
     allow_unauthenticated: bool = Field(
         False, description="serve a non-loopback host without a keys file: anyone reaching the port is let in"
     )
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return value
+        url = value.get_secret_value()
+        if not url.startswith("postgresql://"):
+            raise ValueError("must be a postgresql:// URL (postgresql://user:password@host:5432/dbname)")
+        try:
+            urlsplit(url).port  # noqa: B018 (a port that is not a number raises here)
+        except ValueError:
+            raise ValueError("is not a valid URL (postgresql://user:password@host:5432/dbname)") from None
+        return value
+
+    @model_validator(mode="after")
+    def _database_url_selects_postgres(self) -> Settings:
+        if self.database_url is not None and self.backend == "files":
+            object.__setattr__(self, "backend", "postgres")  # the URL implies it (the model is frozen)
+        elif self.database_url is not None and self.backend != "postgres":
+            raise ValueError(f"backend {self.backend!r} does not use database_url; leave one of them out")
+        elif self.database_url is None and self.backend == "postgres":
+            raise ValueError("backend 'postgres' needs database_url (FORKLOG_DATABASE_URL)")
+        return self
 
     @field_validator("allowed_hosts", "cors_origins", mode="before")
     @classmethod

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-from app.cli import keys, serve
+from app.cli import copy, keys, serve
 
 __all__ = ["COMMANDS", "main"]
 
@@ -26,7 +26,9 @@ class Command:
         return str(getattr(self.module, "DESCRIPTION", "")).split(". ")[0]
 
 
-COMMANDS: dict[str, Command] = {command.name: command for command in (Command("serve", serve), Command("keys", keys))}
+COMMANDS: dict[str, Command] = {
+    command.name: command for command in (Command("serve", serve), Command("keys", keys), Command("copy", copy))
+}
 
 
 def parser_for(command: Command) -> argparse.ArgumentParser:

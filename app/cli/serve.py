@@ -14,6 +14,7 @@ from app.api.http_server import serve
 from app.api.keys_file import KeysFileError
 from app.api.settings import Settings
 from app.backends.errors import StorageError
+from app.backends.postgres import refusal_of
 from app.cli.settings_flags import add_setting_flags, given_settings
 
 __all__ = ["add_arguments", "load_settings", "run"]
@@ -36,6 +37,11 @@ def load_settings(arguments: argparse.Namespace) -> Settings:
 def run(arguments: argparse.Namespace) -> int:
     settings = load_settings(arguments)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if settings.database_url is not None:
+        # A reachable database with a newer schema stops the start here; an unreachable one is waited for.
+        refusal = refusal_of(settings.database_url.get_secret_value())
+        if refusal is not None:
+            sys.exit(f"forklog: {refusal}")
     try:
         app = create_app(settings)
     except (StorageError, ExposureRefused, KeysFileError) as exc:

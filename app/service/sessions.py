@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Any
 
 from app.backends.base import Backend, Readiness, Remember, Remembered, SeedLog, SeedPrefix, Tip
-from app.backends.errors import AlreadyRemembered, SessionCorrupt, StaleHead
+from app.backends.errors import AlreadyRemembered, SessionCorrupt, StaleHead, StorageUnavailable
 from app.domain.boundary import fork_lineage, seed_length
 from app.domain.errors import ErrorCode, EventRejected, InvalidValue, SessionError, SessionForkError
 from app.domain.ids import check_id, new_instance, new_session_id
@@ -184,7 +184,10 @@ class SessionService:
 
     async def readiness(self) -> Readiness:
         self._require_ready()
-        return await self.backend.readiness()
+        try:
+            return await self.backend.readiness()
+        except StorageUnavailable:  # a database that went away: not ready until it is back
+            raise NotReady("the store cannot be reached; retry in a moment") from None
 
     # -- reads -----------------------------------------------------------------------------------------------------
 

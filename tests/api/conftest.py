@@ -1,4 +1,9 @@
-"""Fixtures of the HTTP tests: apps on a fresh data directory and clients that are ready to serve."""
+"""Fixtures of the HTTP tests: apps on a fresh store and clients that are ready to serve.
+
+Every test that makes an app runs twice, on a fresh data directory (``[file]``) and on a fresh PostgreSQL database
+(``[postgres]``), unless it is marked ``files_only``: a test about the data directory itself, or one that brings a
+backend of its own (it would run the same twice).
+"""
 
 from __future__ import annotations
 
@@ -22,16 +27,42 @@ LOCAL = "http://localhost"
 ClientFactory = Callable[..., TestClient]
 
 
+STORES = ["file", "postgres"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "files_only: an HTTP test run on the file backend only (not [postgres])")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "store" in metafunc.fixturenames:
+        files_only = metafunc.definition.get_closest_marker("files_only") is not None
+        metafunc.parametrize("store", ["file"] if files_only else STORES, indirect=True)
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest) -> str:
+    """Which backend the test's apps serve from: ``file`` or ``postgres``."""
+    kind: str = request.param
+    return kind
+
+
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
 @pytest.fixture
-def make_app(data_dir: Path) -> AppFactory:
-    """``make_app(backend=None, **settings)``: an app on ``data_dir`` (or on ``backend``), fsync off."""
+def make_app(data_dir: Path, store: str, request: pytest.FixtureRequest) -> AppFactory:
+    """``make_app(backend=None, **settings)``: an app on ``data_dir`` or a fresh database (the ``store``), or on
+    ``backend``; fsync off."""
+    # One database per test, made before the clients (so dropped after their apps closed): apps made again in a
+    # test (a restart) find what the first one stored.
+    database_url = request.getfixturevalue("forklog_db") if store == "postgres" else None
 
     def make(*, backend: Backend | None = None, **settings: Any) -> FastAPI:
+        if backend is None and database_url is not None and "database_url" not in settings:
+            settings["database_url"] = database_url
         return create_app(Settings(data_dir=data_dir, fsync=False, **settings), backend=backend)
 
     return make

@@ -11,9 +11,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from app.api.app import create_app
 from app.api.keys_file import KeysFileError
-from app.api.settings import Settings
 from app.domain.access import ApiKey, Scope, digest_of, key_line, new_secret
 from tests.api.builders import close_turn, note, open_turn, turn
 from tests.api.conftest import AppFactory, ClientFactory
@@ -136,19 +134,17 @@ def test_every_route_by_every_kind_of_caller(
         assert listed == ([] if caller == "other" else ["demo"])
 
 
-def test_another_tenants_session_answers_exactly_as_a_missing_one(make_client: ClientFactory, keys: Keys) -> None:
-    """beta's answers on a service where acme has "demo" are byte for byte those where nobody has it."""
-    with_demo = make_client(keys_file=keys.path)
-    fill(with_demo, keys)
-    without = make_client(create_app(Settings(data_dir=keys.path.parent / "empty", keys_file=keys.path, fsync=False)))
+def test_another_tenants_session_answers_exactly_as_a_missing_one(keyed: Callable[[], TestClient], keys: Keys) -> None:
+    """beta's answers once acme has "demo" are byte for byte those from before anyone had it."""
+    client = keyed()
     beta = keys.auth("other")
-    for name, call in CALLS.items():
-        if call.path == "/sessions":
-            continue
-        seen = call.send(with_demo, beta)
-        expected = call.send(without, beta)
-        assert (seen.status_code, seen.content) == (expected.status_code, expected.content), name
-        assert seen.headers.get("content-type") == expected.headers.get("content-type")
+    calls = {name: call for name, call in CALLS.items() if call.path != "/sessions"}
+    before = {name: call.send(client, beta) for name, call in calls.items()}
+    fill(client, keys)
+    for name, call in calls.items():
+        seen = call.send(client, beta)
+        assert (seen.status_code, seen.content) == (before[name].status_code, before[name].content), name
+        assert seen.headers.get("content-type") == before[name].headers.get("content-type")
 
 
 def test_tenants_with_equal_ids_have_two_sessions(keyed: Callable[[], TestClient], keys: Keys, data_dir: Path) -> None:
@@ -167,19 +163,28 @@ def test_tenants_with_equal_ids_have_two_sessions(keyed: Callable[[], TestClient
     lineage = client.get("/sessions/demo/lineage", headers=beta).json()
     assert [child["id"] for child in lineage["children"]] == ["kid"]
     assert client.get("/sessions/demo/lineage", headers=acme).json()["children"] == []
-    assert sorted(path.relative_to(data_dir).as_posix() for path in data_dir.rglob("*.jsonl")) == [
-        "tenants/acme/sessions/demo.jsonl",
-        "tenants/beta/sessions/demo.jsonl",
-        "tenants/beta/sessions/kid.jsonl",
-    ]
 
 
-def test_the_default_tenant_keeps_the_sessions_folder(
+@pytest.mark.files_only
+def test_each_tenant_has_its_own_folder_and_default_keeps_sessions(
     keyed: Callable[[], TestClient], keys: Keys, data_dir: Path
 ) -> None:
     client = keyed()
+    for caller in ("readwrite", "other", "default"):
+        assert client.post("/sessions", json={"id": "demo"}, headers=keys.auth(caller)).status_code == 201
+    assert sorted(path.relative_to(data_dir).as_posix() for path in data_dir.rglob("*.jsonl")) == [
+        "sessions/demo.jsonl",
+        "tenants/acme/sessions/demo.jsonl",
+        "tenants/beta/sessions/demo.jsonl",
+    ]
+
+
+def test_a_key_of_the_default_tenant_sees_only_the_default_tenant(keyed: Callable[[], TestClient], keys: Keys) -> None:
+    client = keyed()
     assert client.post("/sessions", json={"id": "mine"}, headers=keys.auth("default")).status_code == 201
-    assert (data_dir / "sessions" / "mine.jsonl").is_file()
+    assert client.get("/sessions/mine", headers=keys.auth("readwrite")).status_code == 404
+    listed = client.get("/sessions", headers=keys.auth("default")).json()["items"]
+    assert [item["id"] for item in listed] == ["mine"]
 
 
 def test_idempotency_keys_are_per_tenant(keyed: Callable[[], TestClient], keys: Keys) -> None:

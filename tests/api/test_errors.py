@@ -269,6 +269,7 @@ def slow_recovery() -> Iterator[SlowRecovery]:
     journal.release.set()  # never leave the recovery thread blocked
 
 
+@pytest.mark.files_only
 def test_not_ready_while_recovering(
     make_app: AppFactory, make_client: ClientFactory, slow_recovery: SlowRecovery
 ) -> None:
@@ -293,6 +294,7 @@ def test_not_ready_while_recovering(
     assert client.delete("/sessions/s").status_code == 204
 
 
+@pytest.mark.files_only
 @pytest.mark.parametrize(
     ("method", "path", "body", "field"),
     [
@@ -355,6 +357,7 @@ class RefusingDisk(MemoryBackend):
         await super().delete(*args, **kwargs)
 
 
+@pytest.mark.files_only
 def test_storage_unavailable_acknowledges_nothing(make_app: AppFactory, make_client: ClientFactory) -> None:
     disk = RefusingDisk()
     client = make_client(make_app(backend=disk))
@@ -397,6 +400,7 @@ def damaged(data_dir: Path) -> Path:
     return path
 
 
+@pytest.mark.files_only
 def test_readyz_lists_a_corrupt_session(make_client: ClientFactory, damaged: Path) -> None:
     content = damaged.read_bytes()
     client = make_client()
@@ -413,6 +417,7 @@ def test_readyz_lists_a_corrupt_session(make_client: ClientFactory, damaged: Pat
     assert damaged.read_bytes() == content  # left untouched for an operator
 
 
+@pytest.mark.files_only
 @pytest.mark.parametrize(
     "request_",
     [
@@ -438,6 +443,7 @@ def test_session_corrupt(make_client: ClientFactory, damaged: Path, request_: Re
     assert client.get("/readyz").json()["sessions"] == 1
 
 
+@pytest.mark.files_only
 def test_a_corrupt_source_comes_after_a_taken_child_id(make_client: ClientFactory, damaged: Path) -> None:
     client = make_client()
 
@@ -459,6 +465,7 @@ class BrokenBackend(MemoryBackend):
         raise RuntimeError("secret internal detail")
 
 
+@pytest.mark.files_only
 def test_internal_is_a_problem_that_tells_nothing_of_the_bug(make_app: AppFactory, make_client: ClientFactory) -> None:
     client = make_client(make_app(backend=BrokenBackend()), raise_server_exceptions=False)
     create(client, id="s")

@@ -15,9 +15,10 @@ import pytest
 from app.backends.base import Backend
 from app.backends.files import FileBackend
 from app.backends.memory import MemoryBackend
+from app.backends.postgres import PostgresBackend
 from app.service.sessions import wall_clock_ms
 
-BACKENDS = ["file", "memory"]
+BACKENDS = ["file", "memory", "postgres"]
 
 
 @pytest.fixture
@@ -27,10 +28,12 @@ def anyio_backend() -> str:
 
 @dataclass
 class BackendFactory:
-    """Opens a backend of one kind on one store (a data directory); ``reopen`` closes it and opens it again."""
+    """Opens a backend of one kind on one store (a data directory, or a database for ``postgres``); ``reopen``
+    closes it and opens it again."""
 
     kind: str
     place: Path
+    database_url: str | None = None
     opened: list[Backend] = field(default_factory=list)
 
     @property
@@ -41,6 +44,9 @@ class BackendFactory:
         backend: Backend
         if self.kind == "file":
             backend = FileBackend(self.place, clock=wall_clock_ms, sync=False)
+        elif self.kind == "postgres":
+            assert self.database_url is not None
+            backend = PostgresBackend(self.database_url, clock=wall_clock_ms)
         else:
             backend = MemoryBackend(clock=wall_clock_ms)
         await backend.open()
@@ -60,7 +66,8 @@ class BackendFactory:
 
 @pytest.fixture(params=BACKENDS)
 async def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BackendFactory]:
-    factory = BackendFactory(request.param, tmp_path / "store")
+    url = request.getfixturevalue("forklog_db") if request.param == "postgres" else None
+    factory = BackendFactory(request.param, tmp_path / "store", url)
     try:
         yield factory
     finally:

@@ -118,9 +118,14 @@ def compose() -> Any:
     return yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
 
 
+def default_services(document: Any) -> dict[str, Any]:
+    """The services ``docker compose up`` starts (those in no profile)."""
+    return {name: service for name, service in document["services"].items() if not service.get("profiles")}
+
+
 def test_compose_builds_the_image_publishes_8000_and_keeps_data_in_a_named_volume() -> None:
     document = compose()
-    (service,) = document["services"].values()
+    (service,) = default_services(document).values()
     assert service["build"] == "."
     assert "8000:8000" in service["ports"]
     mounts = [mount.split(":") for mount in service["volumes"]]
@@ -165,10 +170,44 @@ def test_the_image_needs_a_keys_file_and_starts_with_one(tmp_path: Path) -> None
 
 def test_compose_mounts_the_keys_file_as_a_secret_where_the_image_reads_it() -> None:
     document = compose()
-    (service,) = document["services"].values()
-    (secret,) = service["secrets"]
-    assert env()["FORKLOG_KEYS_FILE"] == f"/run/secrets/{secret}"
-    assert document["secrets"][secret] == {"file": "./keys.jsonl"}
-    assert "FORKLOG_ALLOW_UNAUTHENTICATED" not in service.get("environment", {})
+    forklogs = [service for service in document["services"].values() if service.get("build") == "."]
+    assert len(forklogs) == 3, "the service, and the two replicas of the postgres profile"
+    for service in forklogs:
+        (secret,) = service["secrets"]
+        assert env()["FORKLOG_KEYS_FILE"] == f"/run/secrets/{secret}"
+        assert document["secrets"][secret] == {"file": "./keys.jsonl"}
+        assert "FORKLOG_ALLOW_UNAUTHENTICATED" not in service.get("environment", {})
     ignored = (REPO / ".gitignore").read_text() + (REPO / ".dockerignore").read_text()
     assert "keys.jsonl" in ignored, "a keys file is never committed nor sent to a build"
+
+
+def test_the_postgres_profile_runs_two_replicas_on_postgresql_behind_one_proxy_port() -> None:
+    document = compose()
+    profiled = {
+        name: service for name, service in document["services"].items() if "postgres" in service.get("profiles", [])
+    }
+    database = next(service for service in profiled.values() if str(service.get("image", "")).startswith("postgres:"))
+    assert int(database["image"].split(":")[1].split("-")[0]) >= 15
+    replicas = [service for service in profiled.values() if "FORKLOG_DATABASE_URL" in service.get("environment", {})]
+    assert len(replicas) == 2
+    for replica in replicas:
+        assert replica["build"] == "."
+        assert replica["environment"]["FORKLOG_DATABASE_URL"].startswith("postgresql://")
+        assert "ports" not in replica, "replicas are reached through the proxy only"
+    (proxy,) = [service for service in profiled.values() if "ports" in service]
+    assert proxy["image"].split(":")[0] in ("nginx", "haproxy")
+    (published,) = proxy["ports"]
+    config_mount = next(mount for mount in proxy["volumes"] if mount.startswith("./"))
+    config = (REPO / config_mount.split(":")[0]).read_text(encoding="utf-8")
+    assert published.split(":")[1] in config  # the proxy listens where it is published
+    upstreams = re.findall(r"server\s+([\w.-]+):8000", config)
+    names = [name for name, service in profiled.items() if service in replicas]
+    assert sorted(upstreams) == sorted(names)
+    assert "forklog-pg" in document["volumes"] or any(
+        mount.split(":")[0] in document["volumes"] for mount in database["volumes"]
+    )
+
+
+def test_the_image_copies_what_the_postgres_backend_needs() -> None:
+    dependencies = (REPO / "pyproject.toml").read_text(encoding="utf-8").split("[project.optional-dependencies]")[0]
+    assert '"asyncpg' in dependencies, "the driver is a dependency of the service, not only of the tests"

@@ -1,0 +1,597 @@
+"""The PostgreSQL backend: sessions in one database that any number of forklog replicas share (spec section 6).
+
+Nothing a request answers comes from this process's memory but what cannot go stale: every read asks the database
+(read-your-writes from any replica), and the one cache, each session's rule state for checking appends
+(:mod:`~app.backends.postgres.tips`), is only a guess that the append's own statement confirms (it is conditional on
+the head: :class:`~app.backends.errors.StaleHead` otherwise). Changes are single statements or short transactions
+that commit before they return (synchronous commit); a taken id (``AlreadyExists``), a kept idempotency key
+(``AlreadyRemembered``) or a moved head rolls the whole change back. Forks share their prefix
+(:mod:`~app.backends.postgres.chains`); deleted logs are reclaimed by a sweep (:mod:`~app.backends.postgres.sweep`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import asyncpg
+import orjson
+
+from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed, SeedLog, SeedPrefix, Tip
+from app.backends.errors import AlreadyExists, AlreadyRemembered, StaleHead, StartRefused, StorageUnavailable
+from app.backends.postgres import queries
+from app.backends.postgres.chains import Chain, ChainCache
+from app.backends.postgres.changes import ChangeFeed, Doorbell
+from app.backends.postgres.pool import (
+    DATABASE_DOWN,
+    DATABASE_REFUSED,
+    Connection,
+    PoolSettings,
+    connect,
+    open_pool,
+    redact,
+    storage_errors,
+)
+from app.backends.postgres.rows import Rows
+from app.backends.postgres.schema import migrate
+from app.backends.postgres.state import apply_surface, decode_checkpoint, decode_state, encode_state, fork_state
+from app.backends.postgres.sweep import sweep_once
+from app.backends.postgres.tips import CachedTip, StoredTip, TipCache
+from app.domain.events import LogState
+from app.domain.history import SurfaceChange, project_message
+from app.domain.ids import new_instance
+from app.domain.log import SessionLog, StagedEvents
+from app.domain.session import HEADER_FIELDS, Session, SessionHeader, SessionKey, head_of
+
+__all__ = ["PostgresBackend"]
+
+logger = logging.getLogger("forklog.storage")
+
+# Seeds longer than this are copied in with COPY before the create's statement (in its transaction).
+COPY_EVENTS = 500
+# Seconds a seed's COPY may take (a copied-in session of millions of events takes tens of seconds).
+COPY_TIMEOUT = 900.0
+# Events per piece of a snapshot's seed.
+CHUNK_EVENTS = 20_000
+# How long a deleted session's rows stay for snapshots still streaming them (the sweep reclaims them afterwards).
+ORPHAN_GRACE_MS = 600_000
+OWN_CHANGES_KEPT = 100_000
+WARN_EVERY = 30.0  # seconds between warnings while a start waits for the database
+
+
+def _header_of(session_id: str, row: asyncpg.Record) -> SessionHeader:
+    return SessionHeader(
+        id=session_id,
+        created_at=row["created_at"],
+        instance=row["instance"],
+        cwd=row["cwd"],
+        parent_session=row["parent_session"],
+        seed_length=row["seed_length"],
+        origin=row["origin"],
+        delegation_depth=row["delegation_depth"],
+        agent_preset=row["agent_preset"],
+    )
+
+
+def _session_of(key: SessionKey, row: asyncpg.Record) -> Session:
+    return Session(key, _header_of(key.id, row), head_of(decode_state(row["state"], row["count"], [])))
+
+
+def _lineage_params(lineage: Mapping[str, Any]) -> list[Any]:
+    return [
+        lineage.get("cwd"),
+        lineage.get("parent_session"),
+        lineage.get("seed_length"),
+        lineage.get("origin"),
+        lineage.get("delegation_depth", 0),
+        lineage.get("agent_preset"),
+    ]
+
+
+def _remembered_params(record: Remembered) -> list[Any]:
+    return [
+        record.tenant,
+        record.key,
+        record.fingerprint,
+        record.status,
+        record.location,
+        record.body,
+        record.created_at,
+        record.session,
+        record.instance,
+        record.first_seq,
+        record.end_seq,
+    ]
+
+
+def _already_remembered(exc: asyncpg.UniqueViolationError) -> bool:
+    return getattr(exc, "constraint_name", None) == "forklog_remembered_pkey"
+
+
+class PostgresBackend:
+    """Sessions in the database at ``url``; ``open`` waits for it (retrying, unless ``wait`` is off: then it raises
+    StorageUnavailable) and brings its schema up to date."""
+
+    name = "postgres"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Callable[[], int],
+        pool: PoolSettings | None = None,
+        poll_interval: float = 0.5,
+        sweep_interval: float = 60.0,
+        orphan_grace_ms: int = ORPHAN_GRACE_MS,
+        tip_cache_size: int = 1024,
+        wait: bool = True,
+    ) -> None:
+        self._url = url
+        self._wait = wait
+        self._clock = clock
+        self._settings = pool or PoolSettings()
+        self._poll_interval = poll_interval
+        self._sweep_interval = sweep_interval
+        self._orphan_grace_ms = orphan_grace_ms
+        self._pool: asyncpg.Pool | None = None
+        self._replica = new_instance()
+        self._tips = TipCache(tip_cache_size)
+        self._chains = ChainCache()
+        self._listeners: list[ChangeListener] = []
+        self._own: set[int] = set()
+        self._own_order: deque[int] = deque()
+        self._feed = ChangeFeed(
+            url, self._settings, self._replica, self._listeners, poll_interval=poll_interval, own=self._own.__contains__
+        )
+        self._doorbell = Doorbell(self._replica, self._notify)
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @property
+    def where(self) -> str:
+        """The database's URL without its password."""
+        return redact(self._url)
+
+    # -- lifecycle -------------------------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect and migrate, retrying with a backoff while the database cannot be reached; StartRefused for a
+        schema newer than this forklog's."""
+        delay = 0.1
+        warned_at: float | None = None
+        while True:
+            try:
+                await self._connect()
+                break
+            except StartRefused:
+                raise
+            except DATABASE_REFUSED as exc:
+                if not self._wait:
+                    raise StorageUnavailable(f"cannot reach the database {self.where}: {exc}") from None
+                now = time.monotonic()
+                # A warning at once, then one every WARN_EVERY seconds: a long outage does not flood the log.
+                level = logging.WARNING if warned_at is None or now - warned_at >= WARN_EVERY else logging.DEBUG
+                if level == logging.WARNING:
+                    warned_at = now
+                logger.log(
+                    level,
+                    "the database %s is not reachable yet (%s: %s); trying again in %.1f s",
+                    self.where,
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        self._sweeper = asyncio.create_task(self._sweep_now_and_then(), name="forklog-sweep")
+        self._doorbell.start()
+        if self._listeners:
+            self._feed.start()
+
+    async def _connect(self) -> None:
+        conn = await connect(self._url, self._settings)
+        try:
+            found = await migrate(conn)
+        finally:
+            await conn.close(timeout=self._settings.connect_timeout)
+        self._pool = await open_pool(self._url, self._settings)
+        logger.info("serving from the database %s (schema found at version %d)", self.where, found)
+
+    async def close(self) -> None:
+        await self._feed.stop()
+        await self._doorbell.stop()
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), timeout=self._settings.connect_timeout)
+            except DATABASE_DOWN:
+                pool.terminate()
+
+    async def readiness(self) -> Readiness:
+        async with self._connection() as conn:
+            return Readiness(int(await conn.fetchval(queries.COUNT_SESSIONS)))
+
+    def listen(self, listener: ChangeListener) -> None:
+        self._listeners.append(listener)
+        if self._pool is not None:
+            self._feed.start()
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Connection]:
+        pool = self._pool
+        if pool is None:
+            raise StorageUnavailable("the database is not connected yet")
+        async with storage_errors(), pool.acquire(timeout=self._settings.acquire_timeout) as conn:
+            yield conn
+
+    def _changed(self, key: SessionKey, change_seq: int) -> None:
+        """A change of this replica's committed: tell the others, and remember its number (the change feed does not
+        report it back)."""
+        self._doorbell.ring(key, change_seq)
+        self._own.add(change_seq)
+        self._own_order.append(change_seq)
+        if len(self._own_order) > OWN_CHANGES_KEPT:
+            self._own.discard(self._own_order.popleft())
+
+    async def _notify(self, payloads: list[str]) -> None:
+        async with self._connection() as conn:
+            await conn.fetchval(queries.NOTIFY, payloads)
+
+    # -- reads -----------------------------------------------------------------------------------------------------
+
+    async def find(self, key: SessionKey) -> Session | None:
+        async with self._connection() as conn:
+            row = await conn.fetchrow(queries.FIND, key.tenant, key.id)
+        return _session_of(key, row) if row is not None else None
+
+    async def page(
+        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
+    ) -> list[Session]:
+        params: list[Any] = [tenant, limit]
+        if parent is not None:
+            params.append(parent)
+        if after is not None:
+            params.extend(after)
+        statement = queries.page_query(parent=parent is not None, after=after is not None)
+        async with self._connection() as conn:
+            rows = await conn.fetch(statement, *params)
+        return [_session_of(SessionKey(tenant, row["id"]), row) for row in rows]
+
+    async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
+        async with self._connection() as conn:
+            row = await conn.fetchrow(queries.READ_OWN, key.tenant, key.id, start, stop)
+            if row is None:
+                return b""
+            stop = min(stop, row["count"])
+            if start >= stop:
+                return b""
+            own_start = max(start, row["parent_count"])
+            if row["n"] != max(0, stop - own_start):
+                raise StorageUnavailable(f"events {own_start}..{stop - 1} of session {key.id!r} are not all stored")
+            own = bytes(row["body"]) + b"\n" if row["n"] else b""
+            if start >= row["parent_count"]:
+                return own  # the whole range is the session's own rows: one statement
+            chain = await self._chains.get(conn, row["log"])
+            return await self._lines(conn, chain, start, min(stop, row["parent_count"])) + own
+
+    async def _lines(self, conn: Connection, chain: Chain, start: int, stop: int) -> bytes:
+        found = await conn.fetchrow(queries.LINES, *chain.arrays(start, stop))
+        assert found is not None  # an aggregate always gives one row
+        body, count = found
+        if count != stop - start:
+            raise StorageUnavailable(f"events {start}..{stop - 1} are no longer stored (reclaimed after a delete)")
+        return bytes(body) + b"\n" if count else b""
+
+    def chunks(self, key: SessionKey, instance: str, stop: int) -> AsyncIterator[bytes]:
+        # Events never change once stored, and a deleted incarnation's rows stay for ORPHAN_GRACE_MS: the pieces
+        # read later are those of the moment of this call.
+        return self._chunks(key, instance, stop)
+
+    async def _chunks(self, key: SessionKey, instance: str, stop: int) -> AsyncIterator[bytes]:
+        async with self._connection() as conn:
+            log = await conn.fetchval(queries.INCARNATION_LOG, key.tenant, key.id, instance)
+            if log is None:
+                raise StaleHead(f'session "{key.id}" is no longer the incarnation the snapshot was checked against')
+            chain = await self._chains.get(conn, log)
+        for start in range(0, stop, CHUNK_EVENTS):
+            async with self._connection() as conn:
+                piece = await self._lines(conn, chain, start, min(stop, start + CHUNK_EVENTS))
+            yield piece
+
+    async def is_turn_end(self, key: SessionKey, seq: int) -> bool:
+        async with self._connection() as conn:
+            row = await conn.fetchrow(queries.FIND, key.tenant, key.id)
+            if row is None or not 0 <= seq < row["count"]:
+                return False
+            chain = await self._chains.get(conn, row["log"])
+            return await conn.fetchrow(queries.TURN_END, chain.owner(seq), seq) is not None
+
+    async def history(self, key: SessionKey, at_seq: int | None) -> list[Any]:
+        async with self._connection() as conn:
+            row = await conn.fetchrow(queries.FIND, key.tenant, key.id)
+            if row is None:
+                return []
+            count = row["count"]
+            chain = await self._chains.get(conn, row["log"])
+            if at_seq is None or at_seq >= count - 1:
+                nodes = (await self._fresh(conn, key, row, chain)).state.nodes
+            else:
+                nodes = apply_surface([], await self._surface(conn, chain, 0, at_seq + 1))
+            events = await self._events_at(conn, chain, nodes)
+        messages = []
+        for seq in nodes:
+            message = project_message(events[seq])
+            if message is not None:
+                messages.append(message)
+        return messages
+
+    async def _surface(self, conn: Connection, chain: Chain, start: int, stop: int) -> list[SurfaceChange]:
+        rows = await conn.fetch(queries.SURFACE, *chain.arrays(start, stop))
+        return [(row[0], row[1], row[2]) for row in rows]
+
+    async def _events_at(self, conn: Connection, chain: Chain, seqs: Iterable[int]) -> dict[int, Any]:
+        wanted = list(seqs)
+        if not wanted:
+            return {}
+        rows = await conn.fetch(queries.EVENTS_AT, [chain.owner(seq) for seq in wanted], wanted)
+        return {row["seq"]: orjson.loads(row["line"]) for row in rows}
+
+    async def _fresh(self, conn: Connection, key: SessionKey, row: asyncpg.Record, chain: Chain) -> CachedTip:
+        """The session's tip as ``row`` has it, the surface nodes caught up from the cached entry when it has them
+        (only the surface rows after its seq are read), else rebuilt; kept in the cache."""
+        count, log = row["count"], row["log"]
+        cached = self._tips.get(key)
+        if cached is not None and cached.log == log and cached.state.count <= count:
+            nodes = list(cached.state.nodes)
+            if cached.state.count < count:
+                apply_surface(nodes, await self._surface(conn, chain, cached.state.count, count))
+        else:
+            nodes = apply_surface([], await self._surface(conn, chain, 0, count))
+        state = decode_state(row["state"], count, nodes)
+        entry = CachedTip(Session(key, _header_of(key.id, row), head_of(state)), log, state)
+        self._tips.put(key, entry)
+        return entry
+
+    async def tip(self, key: SessionKey, wanted: Iterable[int] = (), *, refresh: bool = False) -> Tip | None:
+        lookups = sorted(set(wanted))
+        cached = self._tips.get(key)
+        if cached is not None and not refresh:
+            events: dict[int, Any] = {}
+            known = [seq for seq in lookups if seq < cached.state.count]
+            if known:
+                async with self._connection() as conn:
+                    events = await self._events_at(conn, await self._chains.get(conn, cached.log), known)
+            return Tip(cached.session, StoredTip(cached.state, events), may_be_stale=True)
+        async with self._connection() as conn:
+            row = await conn.fetchrow(queries.FIND, key.tenant, key.id)
+            if row is None:
+                self._tips.drop(key)
+                return None
+            chain = await self._chains.get(conn, row["log"])
+            entry = await self._fresh(conn, key, row, chain)
+            events = await self._events_at(conn, chain, [seq for seq in lookups if seq < entry.state.count])
+        return Tip(entry.session, StoredTip(entry.state, events))
+
+    # -- changes ---------------------------------------------------------------------------------------------------
+
+    async def create(
+        self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed, remember: Remember | None = None
+    ) -> Session:
+        if isinstance(seed, SeedLog):
+            return await self._make(key, instance, lineage, seed.log, restored_at=None, remember=remember)
+        return await self._fork(key, instance, lineage, seed, remember)
+
+    async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
+        lineage = {field.attr: getattr(header, field.attr) for field in HEADER_FIELDS}
+        return await self._make(key, header.instance, lineage, log, restored_at=header.created_at, remember=None)
+
+    async def _make(
+        self,
+        key: SessionKey,
+        instance: str,
+        lineage: Mapping[str, Any],
+        log: SessionLog,
+        *,
+        restored_at: int | None,
+        remember: Remember | None,
+    ) -> Session:
+        rows = Rows.of_log(log)
+        copied = len(log) > COPY_EVENTS
+        statement = queries.CREATE_SESSION if restored_at is None else queries.RESTORE_SESSION
+        try:
+            async with self._connection() as conn:
+                log_id = int(await conn.fetchval(queries.NEW_LOG_ID))
+                atomic = conn.transaction() if copied or remember is not None else contextlib.nullcontext()
+                async with atomic:
+                    if copied:
+                        seqs, lines = rows.take_events()
+                        await conn.copy_records_to_table(
+                            "forklog_events",
+                            records=zip([log_id] * len(seqs), seqs, lines, strict=True),
+                            columns=("log", "seq", "line"),
+                            timeout=COPY_TIMEOUT,
+                        )
+                    made = await conn.fetchrow(
+                        statement,
+                        key.tenant,
+                        key.id,
+                        instance,
+                        self._clock() if restored_at is None else restored_at,
+                        *_lineage_params(lineage),
+                        log_id,
+                        len(log),
+                        encode_state(log.state),
+                        None,
+                        0,
+                        *rows.params(),
+                    )
+                    if made is None:
+                        raise AlreadyExists(key.id)
+                    header = SessionHeader(id=key.id, created_at=made["created_at"], instance=instance, **lineage)
+                    session = Session(key, header, head_of(log.state))
+                    if remember is not None:
+                        await conn.execute(queries.INSERT_REMEMBERED, *_remembered_params(remember(session)))
+        except asyncpg.UniqueViolationError as exc:
+            if _already_remembered(exc):
+                raise AlreadyRemembered("the Idempotency-Key was used already") from None
+            raise
+        self._changed(key, made["change_seq"])
+        self._tips.put(key, CachedTip(session, log_id, log.state))
+        return session
+
+    async def _fork(
+        self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: SeedPrefix, remember: Remember | None
+    ) -> Session:
+        count = seed.count
+        empty: list[Any] = [[]] * 8
+        try:
+            async with self._connection() as conn:
+                log_id = int(await conn.fetchval(queries.NEW_LOG_ID))
+                async with conn.transaction():
+                    source = await conn.fetchrow(
+                        queries.CLAIM_SOURCE, seed.source.tenant, seed.source.id, seed.instance
+                    )
+                    if source is None:
+                        raise StaleHead(f'session "{seed.source.id}" is no longer the incarnation the fork was checked')
+                    if count > source["count"]:
+                        raise ValueError("a fork's seed is longer than its source")
+                    parent: int | None = None
+                    state = LogState()
+                    if count > 0:
+                        chain = await self._chains.get(conn, source["log"])
+                        # The child reads its seed from the log that stores the seed's last event (and its parents):
+                        # chains stay as short as the forks they are made of.
+                        parent = chain.owner(count - 1)
+                        turn_end = await conn.fetchrow(queries.TURN_END, parent, count - 1)
+                        if turn_end is None:
+                            raise ValueError("a fork's seed must end at a turn/end")
+                        state = fork_state(count, turn_end["time"], decode_checkpoint(turn_end["checkpoint"]))
+                    made = await conn.fetchrow(
+                        queries.CREATE_SESSION,
+                        key.tenant,
+                        key.id,
+                        instance,
+                        self._clock(),
+                        *_lineage_params(lineage),
+                        log_id,
+                        count,
+                        encode_state(state),
+                        parent,
+                        count if parent is not None else 0,
+                        *empty,
+                    )
+                    if made is None:
+                        raise AlreadyExists(key.id)
+                    header = SessionHeader(id=key.id, created_at=made["created_at"], instance=instance, **lineage)
+                    session = Session(key, header, head_of(state))
+                    if remember is not None:
+                        await conn.execute(queries.INSERT_REMEMBERED, *_remembered_params(remember(session)))
+        except asyncpg.UniqueViolationError as exc:
+            if _already_remembered(exc):
+                raise AlreadyRemembered("the Idempotency-Key was used already") from None
+            raise
+        self._changed(key, made["change_seq"])
+        return session
+
+    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[Remembered] = ()) -> None:
+        cached = self._tips.get(key)
+        if cached is None:
+            # The tip this batch was staged on has left the cache: its log is unknown, so stage it again.
+            raise StaleHead(f'session "{key.id}": the tip the batch was staged on is no longer cached')
+        count = staged.base_count + len(staged.events)
+        params: list[Any] = [
+            key.tenant,
+            key.id,
+            cached.log,
+            count,
+            encode_state(staged.state),
+            staged.base_count,
+            *Rows.of_staged(staged).params(),
+        ]
+        statement = queries.APPEND
+        if remember:
+            statement = queries.APPEND_REMEMBERING
+            columns = list(zip(*(_remembered_params(record) for record in remember), strict=True))
+            params.extend(list(column) for column in columns)
+        try:
+            async with self._connection() as conn:
+                row = await conn.fetchrow(statement, *params)
+        except asyncpg.UniqueViolationError as exc:
+            if _already_remembered(exc):
+                raise AlreadyRemembered("the Idempotency-Key was used already") from None
+            raise
+        except StorageUnavailable:
+            self._tips.drop(key)  # the outcome is unknown: the next tip reads the row
+            raise
+        if row is None:
+            raise StaleHead(f'session "{key.id}" moved (or was replaced) since the batch was staged')
+        self._changed(key, row["change_seq"])
+        session = Session(key, cached.session.header, head_of(staged.state))
+        self._tips.put(key, CachedTip(session, cached.log, staged.state))
+
+    async def delete(self, key: SessionKey) -> None:
+        self._tips.drop(key)
+        async with self._connection() as conn:
+            row = await conn.fetchrow(queries.DELETE_SESSION, key.tenant, key.id, self._clock())
+        if row is not None:
+            self._changed(key, row["change_seq"])
+
+    async def tenants(self) -> list[str]:
+        async with self._connection() as conn:
+            return [row[0] for row in await conn.fetch(queries.TENANTS)]
+
+    # -- idempotent retries ------------------------------------------------------------------------------------------
+
+    async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
+        async with self._connection() as conn:
+            row = await conn.fetchrow(queries.RECALL, tenant, idempotency_key)
+        if row is None:
+            return None
+        return Remembered(
+            tenant=tenant,
+            key=idempotency_key,
+            fingerprint=row["fingerprint"],
+            status=row["status"],
+            location=row["location"],
+            body=bytes(row["body"]),
+            created_at=row["created_at"],
+            session=row["session"],
+            instance=row["instance"],
+            first_seq=row["first_seq"],
+            end_seq=row["end_seq"],
+        )
+
+    async def forget(self, before: int) -> None:
+        async with self._connection() as conn:
+            await conn.execute(queries.FORGET, before)
+
+    # -- reclaiming ------------------------------------------------------------------------------------------------
+
+    async def sweep(self, *, grace_ms: int | None = None) -> int:
+        """Reclaim the rows of logs deleted more than ``grace_ms`` ago that no live session reads; how many event
+        rows went. (Runs by itself every ``sweep_interval`` seconds.)"""
+        grace = self._orphan_grace_ms if grace_ms is None else grace_ms
+        async with self._connection() as conn:
+            return await sweep_once(conn, now=self._clock(), grace_ms=grace)
+
+    async def _sweep_now_and_then(self) -> None:
+        while True:
+            await asyncio.sleep(self._sweep_interval)
+            try:
+                reclaimed = await self.sweep()
+            except StorageUnavailable:
+                continue
+            except Exception:
+                logger.exception("the sweep of deleted sessions' rows failed; it runs again later")
+                continue
+            if reclaimed:
+                logger.info("reclaimed %d events of deleted sessions", reclaimed)

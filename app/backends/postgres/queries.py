@@ -1,0 +1,189 @@
+"""The statements of the PostgreSQL backend, in one place (asyncpg prepares each once per connection)."""
+
+from __future__ import annotations
+
+__all__ = [
+    "APPEND",
+    "APPEND_REMEMBERING",
+    "CLAIM_SOURCE",
+    "COUNT_SESSIONS",
+    "CREATE_SESSION",
+    "DELETE_SESSION",
+    "EVENTS_AT",
+    "FIND",
+    "FORGET",
+    "INCARNATION_LOG",
+    "INSERT_REMEMBERED",
+    "LINES",
+    "NEW_LOG_ID",
+    "NOTIFY",
+    "READ_OWN",
+    "RECALL",
+    "RESTORE_SESSION",
+    "SESSION_COLUMNS",
+    "SURFACE",
+    "TENANTS",
+    "TURN_END",
+    "page_query",
+]
+
+SESSION_COLUMNS = (
+    "instance, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, log, count, state"
+)
+
+FIND = f"SELECT {SESSION_COLUMNS} FROM forklog_sessions WHERE tenant = $1 AND id = $2"
+
+
+def page_query(*, parent: bool, after: bool) -> str:
+    """A page of a tenant's sessions in creation order: $1 tenant, $2 limit, then the parent, then the (createdAt, id)
+    to start after."""
+    conditions = ["tenant = $1"]
+    next_param = 3
+    if parent:
+        conditions.append(f"parent_session = ${next_param}")
+        next_param += 1
+    if after:
+        conditions.append(f"(created_at, id) > (${next_param}, ${next_param + 1})")
+    return (
+        f"SELECT id, {SESSION_COLUMNS} FROM forklog_sessions WHERE {' AND '.join(conditions)} "
+        "ORDER BY created_at, id LIMIT $2"
+    )
+
+
+COUNT_SESSIONS = "SELECT count(*) FROM forklog_sessions"
+TENANTS = "SELECT DISTINCT tenant FROM forklog_sessions ORDER BY tenant"
+
+# The lines of a chain's pieces ($1 logs, $2 starts, $3 stops) as one text, newline-separated, in seq order.
+LINES = """
+SELECT convert_to(string_agg(e.line, E'\\n' ORDER BY e.seq), 'UTF8'), count(*)
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS p(log, lo, hi)
+JOIN forklog_events e ON e.log = p.log AND e.seq >= p.lo AND e.seq < p.hi
+"""
+# A read in one statement when the range lies in the session's own rows (seq >= its log's parent_count): the head,
+# the log, where its own rows start, and those lines of events $3 .. $4 - 1 (with how many there are).
+READ_OWN = """
+SELECT s.log, s.count, l.parent_count, own.body, own.n
+FROM forklog_sessions s
+JOIN forklog_logs l ON l.id = s.log
+CROSS JOIN LATERAL (
+    SELECT convert_to(string_agg(e.line, E'\\n' ORDER BY e.seq), 'UTF8') AS body, count(*) AS n
+    FROM forklog_events e
+    WHERE e.log = s.log AND e.seq >= GREATEST($3, l.parent_count) AND e.seq < LEAST($4, s.count)
+) AS own
+WHERE s.tenant = $1 AND s.id = $2
+"""
+# Single events by (log, seq).
+EVENTS_AT = """
+SELECT e.seq, convert_to(e.line, 'UTF8') AS line
+FROM unnest($1::bigint[], $2::bigint[]) AS w(log, seq)
+JOIN forklog_events e ON e.log = w.log AND e.seq = w.seq
+"""
+SURFACE = """
+SELECT s.seq, s.start_seq, s.end_seq
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS p(log, lo, hi)
+JOIN forklog_surface s ON s.log = p.log AND s.seq >= p.lo AND s.seq < p.hi
+ORDER BY s.seq
+"""
+TURN_END = "SELECT time, checkpoint FROM forklog_turn_ends WHERE log = $1 AND seq = $2"
+INCARNATION_LOG = "SELECT id FROM forklog_logs WHERE tenant = $1 AND session_id = $2 AND instance = $3"
+
+# An append, one statement: the head moves only if it is where the batch was staged ($3 log, $6 count), and the rows
+# go in only if it moved. (No NOTIFY in it: notifications serialize commits, so they are sent after, in batches.)
+_APPEND_HEAD = """
+WITH head AS (
+    UPDATE forklog_sessions SET count = $4, state = $5, change_seq = nextval('forklog_changes')
+    WHERE tenant = $1 AND id = $2 AND log = $3 AND count = $6
+    RETURNING log, change_seq
+), events AS (
+    INSERT INTO forklog_events (log, seq, line)
+    SELECT head.log, u.seq, u.line FROM head, unnest($7::bigint[], $8::text[]) AS u(seq, line)
+), surface AS (
+    INSERT INTO forklog_surface (log, seq, start_seq, end_seq)
+    SELECT head.log, u.seq, u.s, u.e FROM head, unnest($9::bigint[], $10::bigint[], $11::bigint[]) AS u(seq, s, e)
+), turn_ends AS (
+    INSERT INTO forklog_turn_ends (log, seq, time, checkpoint)
+    SELECT head.log, u.seq, u.t, u.c FROM head, unnest($12::bigint[], $13::bigint[], $14::text[]) AS u(seq, t, c)
+)"""
+_REMEMBERED_COLUMNS = (
+    "tenant, key, fingerprint, status, location, body, created_at, session, instance, first_seq, end_seq"
+)
+_REMEMBERED_ARRAYS = (
+    "unnest($15::text[], $16::text[], $17::text[], $18::int[], $19::text[], $20::bytea[], $21::bigint[], "
+    "$22::text[], $23::text[], $24::bigint[], $25::bigint[])"
+)
+APPEND = _APPEND_HEAD + "\nSELECT head.change_seq FROM head"
+APPEND_REMEMBERING = (
+    _APPEND_HEAD
+    + f""", remembered AS (
+    INSERT INTO forklog_remembered ({_REMEMBERED_COLUMNS})
+    SELECT u.* FROM head, {_REMEMBERED_ARRAYS} AS u
+)
+SELECT head.change_seq FROM head"""
+)
+
+NEW_LOG_ID = "SELECT nextval('forklog_log_ids')"
+INSERT_REMEMBERED = (
+    f"INSERT INTO forklog_remembered ({_REMEMBERED_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+)
+
+# A fork's source must be live (that incarnation) until the fork commits: KEY SHARE keeps a delete out, not appends.
+CLAIM_SOURCE = "SELECT log, count FROM forklog_sessions WHERE tenant = $1 AND id = $2 AND instance = $3 FOR KEY SHARE"
+
+# A new session, one statement: $1 tenant, $2 id, $3 instance, $4 now (or the restored createdAt), $5..$10 the
+# header's optional fields, $11 log, $12 count, $13 state, $14 parent log, $15 parent count, $16..$23 the seed's
+# rows (as in an append; empty when they were copied in before). The createdAt is max(now, 1 + the largest given)
+# from the one-row clock, locked until commit, so that creates on every replica follow each other. A taken id
+# inserts nothing (and the caller's transaction, if any, is rolled back).
+_NEW_SESSION = """
+, session AS (
+    INSERT INTO forklog_sessions (tenant, id, instance, created_at, cwd, parent_session, seed_length, origin,
+                                  delegation_depth, agent_preset, log, count, state, change_seq)
+    SELECT $1, $2, $3, clock.created_at, $5, $6, $7, $8, $9, $10, $11, $12, $13, nextval('forklog_changes')
+    FROM clock
+    ON CONFLICT (tenant, id) DO NOTHING
+    RETURNING created_at, change_seq
+), log AS (
+    INSERT INTO forklog_logs (id, tenant, session_id, instance, parent, parent_count)
+    SELECT $11, $1, $2, $3, $14, $15 FROM session
+), events AS (
+    INSERT INTO forklog_events (log, seq, line)
+    SELECT $11, u.seq, u.line FROM session, unnest($16::bigint[], $17::text[]) AS u(seq, line)
+), surface AS (
+    INSERT INTO forklog_surface (log, seq, start_seq, end_seq)
+    SELECT $11, u.seq, u.s, u.e FROM session, unnest($18::bigint[], $19::bigint[], $20::bigint[]) AS u(seq, s, e)
+), turn_ends AS (
+    INSERT INTO forklog_turn_ends (log, seq, time, checkpoint)
+    SELECT $11, u.seq, u.t, u.c FROM session, unnest($21::bigint[], $22::bigint[], $23::text[]) AS u(seq, t, c)
+)
+SELECT session.created_at, session.change_seq FROM session
+"""
+CREATE_SESSION = (
+    "WITH clock AS (UPDATE forklog_clock SET last_created_at = GREATEST($4, last_created_at + 1) "
+    "RETURNING last_created_at AS created_at)" + _NEW_SESSION
+)
+RESTORE_SESSION = (
+    "WITH clock AS (UPDATE forklog_clock SET last_created_at = GREATEST($4, last_created_at) "
+    "RETURNING $4::bigint AS created_at)" + _NEW_SESSION
+)
+
+DELETE_SESSION = """
+WITH gone AS (
+    DELETE FROM forklog_sessions WHERE tenant = $1 AND id = $2 RETURNING log
+), orphan AS (
+    UPDATE forklog_logs SET orphaned_at = $3 WHERE id IN (SELECT log FROM gone)
+), tomb AS (
+    INSERT INTO forklog_deletions (tenant, id, change_seq, deleted_at)
+    SELECT $1, $2, nextval('forklog_changes'), $3 FROM gone
+    RETURNING change_seq
+)
+SELECT tomb.change_seq FROM tomb
+"""
+
+RECALL = (
+    "SELECT fingerprint, status, location, body, created_at, session, instance, first_seq, end_seq "
+    "FROM forklog_remembered WHERE tenant = $1 AND key = $2"
+)
+FORGET = "DELETE FROM forklog_remembered WHERE created_at < $1"
+
+# The doorbell: one statement rings for a batch of changes ($1 the payloads, see changes.Doorbell).
+NOTIFY = "SELECT count(pg_notify('forklog_changes', payload)) FROM unnest($1::text[]) AS payload"

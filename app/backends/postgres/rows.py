@@ -1,0 +1,77 @@
+"""A batch of events as the column arrays the statements insert (events, surface changes, turn/end checkpoints)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.backends.postgres.state import encode_checkpoint
+from app.domain.history import SurfaceChange
+from app.domain.log import Checkpoint, SessionLog, StagedEvents
+
+__all__ = ["Rows"]
+
+
+@dataclass(slots=True)
+class Rows:
+    seqs: list[int]
+    lines: list[str]
+    surface_seqs: list[int]
+    surface_starts: list[int]
+    surface_ends: list[int]
+    turn_end_seqs: list[int]
+    turn_end_times: list[int]
+    turn_end_checkpoints: list[str]
+
+    @classmethod
+    def of(
+        cls,
+        base: int,
+        lines: bytes,
+        surface: Sequence[SurfaceChange],
+        checkpoints: Mapping[int, Checkpoint],
+        time_of: Any,
+    ) -> Rows:
+        texts = lines.decode().split("\n")[:-1] if lines else []
+        turn_ends = sorted(checkpoints)
+        return cls(
+            seqs=list(range(base, base + len(texts))),
+            lines=texts,
+            surface_seqs=[change[0] for change in surface],
+            surface_starts=[change[1] for change in surface],
+            surface_ends=[change[2] for change in surface],
+            turn_end_seqs=turn_ends,
+            turn_end_times=[int(time_of(seq)) for seq in turn_ends],
+            turn_end_checkpoints=[encode_checkpoint(checkpoints[seq]) for seq in turn_ends],
+        )
+
+    @classmethod
+    def of_staged(cls, staged: StagedEvents) -> Rows:
+        base = staged.base_count
+        return cls.of(
+            base, staged.lines, staged.surface_ops, staged.checkpoints, lambda seq: staged.events[seq - base]["time"]
+        )
+
+    @classmethod
+    def of_log(cls, log: SessionLog) -> Rows:
+        parts = log.parts()
+        return cls.of(0, log.lines(), parts.surface_changes, parts.checkpoints, lambda seq: log.event(seq)["time"])
+
+    def take_events(self) -> tuple[list[int], list[str]]:
+        """The event columns, leaving none here (they are copied in separately)."""
+        taken = (self.seqs, self.lines)
+        self.seqs, self.lines = [], []
+        return taken
+
+    def params(self) -> list[Any]:
+        return [
+            self.seqs,
+            self.lines,
+            self.surface_seqs,
+            self.surface_starts,
+            self.surface_ends,
+            self.turn_end_seqs,
+            self.turn_end_times,
+            self.turn_end_checkpoints,
+        ]

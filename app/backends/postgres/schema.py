@@ -1,0 +1,169 @@
+"""The database schema, as versioned migrations kept in the package, and the one function that applies them.
+
+Every start runs :func:`migrate`: under a transaction-scoped advisory lock it reads the stored version, refuses a
+database newer than this forklog (:class:`~app.backends.errors.StartRefused`, naming both versions) and applies the
+missing migrations in order, each with the version bump in the same transaction. Replicas starting at the same
+moment wait on the lock; the first applies, the others find the schema current.
+
+Tables (every name starts with ``forklog_``):
+
+- ``sessions``: one row per live session, keyed by (tenant, id) (compared byte by byte, ``COLLATE "C"``, so that
+  lists are in the same order whatever the database's locale): the header, the log it reads (``log``), its length
+  (``count``, the head an append is conditional on), the rules' state after its last event (``state``, JSON without
+  the surface nodes) and ``change_seq`` (from a global sequence, for the change poll).
+- ``logs``: the stored logs. A session incarnation has its own log; a fork's log starts with the first
+  ``parent_count`` events of its ``parent`` log (shared rows, not copies) and holds its own rows from there on.
+  ``orphaned_at`` is set when its session is deleted (the sweep reclaims what no live session still reads).
+- ``events``: one row per stored event, its exact canonical JSON text (``text``, not ``jsonb``), keyed by (log, seq).
+- ``surface``: one row per surface event (what it did to the model-visible surface), to rebuild the surface nodes.
+- ``turn_ends``: one row per ``turn/end`` with its time and the rules' checkpoint right after it (a fork's state).
+- ``deletions``: recent deletes, for the change poll of other replicas.
+- ``remembered``: idempotency records, written in the transaction of their change.
+- ``clock``: the largest ``createdAt`` given so far (one row, locked by each create).
+"""
+
+from __future__ import annotations
+
+from app.backends.errors import StartRefused
+from app.backends.postgres.pool import Connection
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "stored_version"]
+
+# One migration per version, applied in order; never edit a released one, add the next.
+MIGRATIONS: tuple[str, ...] = (
+    # 1: the first schema.
+    """
+    CREATE TABLE forklog_clock (
+        singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+        last_created_at bigint NOT NULL
+    );
+    INSERT INTO forklog_clock VALUES (true, -1);
+    CREATE SEQUENCE forklog_changes;
+    CREATE SEQUENCE forklog_log_ids;
+    CREATE TABLE forklog_logs (
+        id bigint PRIMARY KEY,
+        tenant text NOT NULL,
+        session_id text NOT NULL,
+        instance text NOT NULL,
+        parent bigint,
+        parent_count bigint NOT NULL,
+        orphaned_at bigint
+    );
+    CREATE INDEX forklog_logs_parent ON forklog_logs (parent) WHERE parent IS NOT NULL;
+    CREATE INDEX forklog_logs_orphaned ON forklog_logs (orphaned_at) WHERE orphaned_at IS NOT NULL;
+    CREATE INDEX forklog_logs_incarnation ON forklog_logs (tenant, session_id, instance);
+    CREATE TABLE forklog_sessions (
+        tenant text COLLATE "C" NOT NULL,
+        id text COLLATE "C" NOT NULL,
+        instance text NOT NULL,
+        created_at bigint NOT NULL,
+        cwd text,
+        parent_session text,
+        seed_length bigint,
+        origin text,
+        delegation_depth bigint NOT NULL,
+        agent_preset text,
+        log bigint NOT NULL,
+        count bigint NOT NULL,
+        state text NOT NULL,
+        change_seq bigint NOT NULL,
+        PRIMARY KEY (tenant, id)
+    );
+    CREATE INDEX forklog_sessions_order ON forklog_sessions (tenant, created_at, id);
+    CREATE INDEX forklog_sessions_children ON forklog_sessions (tenant, parent_session, created_at, id)
+        WHERE parent_session IS NOT NULL;
+    CREATE INDEX forklog_sessions_changes ON forklog_sessions (change_seq);
+    CREATE TABLE forklog_events (
+        log bigint NOT NULL,
+        seq bigint NOT NULL,
+        line text NOT NULL,
+        PRIMARY KEY (log, seq)
+    );
+    CREATE TABLE forklog_surface (
+        log bigint NOT NULL,
+        seq bigint NOT NULL,
+        start_seq bigint NOT NULL,
+        end_seq bigint NOT NULL,
+        PRIMARY KEY (log, seq)
+    );
+    CREATE TABLE forklog_turn_ends (
+        log bigint NOT NULL,
+        seq bigint NOT NULL,
+        time bigint NOT NULL,
+        checkpoint text NOT NULL,
+        PRIMARY KEY (log, seq)
+    );
+    CREATE TABLE forklog_deletions (
+        tenant text NOT NULL,
+        id text NOT NULL,
+        change_seq bigint NOT NULL,
+        deleted_at bigint NOT NULL
+    );
+    CREATE INDEX forklog_deletions_changes ON forklog_deletions (change_seq);
+    CREATE TABLE forklog_remembered (
+        tenant text NOT NULL,
+        key text NOT NULL,
+        fingerprint text NOT NULL,
+        status integer NOT NULL,
+        location text,
+        body bytea NOT NULL,
+        created_at bigint NOT NULL,
+        session text NOT NULL,
+        instance text NOT NULL,
+        first_seq bigint NOT NULL,
+        end_seq bigint NOT NULL,
+        PRIMARY KEY (tenant, key)
+    );
+    CREATE INDEX forklog_remembered_age ON forklog_remembered (created_at);
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+# pg_advisory_xact_lock's key for migrations: any fixed 64-bit number, the same in every forklog.
+MIGRATION_LOCK = 0x666F726B6C6F6701  # "forklog" + 1
+
+_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS forklog_schema (
+    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    version integer NOT NULL
+)
+"""
+
+
+def newer_schema(found: int) -> StartRefused:
+    return StartRefused(
+        f"the database holds forklog schema version {found}, newer than this forklog's version {SCHEMA_VERSION}: "
+        "it was migrated by a newer forklog; run that version (or newer) against it"
+    )
+
+
+async def stored_version(conn: Connection) -> int:
+    """The schema version the database holds (0 for one forklog never touched)."""
+    exists = await conn.fetchval("SELECT to_regclass('forklog_schema') IS NOT NULL")
+    if not exists:
+        return 0
+    version = await conn.fetchval("SELECT version FROM forklog_schema")
+    return int(version) if version is not None else 0
+
+
+async def migrate(conn: Connection) -> int:
+    """Bring the schema to :data:`SCHEMA_VERSION` (once, whoever else starts now); the version found before."""
+    found = await stored_version(conn)
+    if found > SCHEMA_VERSION:
+        raise newer_schema(found)
+    if found == SCHEMA_VERSION:
+        return found  # current: no lock, no DDL (a role without CREATE rights may serve a migrated database)
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+        await conn.execute(_VERSION_TABLE)
+        found = await stored_version(conn)
+        if found > SCHEMA_VERSION:
+            raise newer_schema(found)
+        for version in range(found + 1, SCHEMA_VERSION + 1):
+            await conn.execute(MIGRATIONS[version - 1])
+            await conn.execute(
+                "INSERT INTO forklog_schema (singleton, version) VALUES (true, $1) "
+                "ON CONFLICT (singleton) DO UPDATE SET version = excluded.version",
+                version,
+            )
+        return found

@@ -1,0 +1,87 @@
+"""How the rules' state of a log is stored in a row, and rebuilt from it.
+
+A session row holds the :class:`~app.domain.events.LogState` after its last event as JSON (``state``), without the
+surface nodes, which grow with the log: those are rebuilt from the ``surface`` rows (one per surface event, O(surface
+events), never O(events)). A ``turn/end`` row holds the checkpoint right after it (next turn, next step, pending
+calls): with its time, that is the whole state of a fork's seed ending there, so a fork reads one row whatever the
+seed's length. The values are DSH's JavaScript values (numbers stay ints or floats as they were sent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from app.domain.events import LogState
+from app.domain.history import SurfaceChange
+from app.domain.log import Checkpoint
+
+__all__ = ["apply_surface", "decode_checkpoint", "decode_state", "encode_checkpoint", "encode_state", "fork_state"]
+
+
+def encode_state(state: LogState) -> str:
+    return orjson.dumps(
+        [
+            state.last_time,
+            state.last_type,
+            state.last_turn_end_seq,
+            state.open_turn,
+            state.open_step,
+            state.next_turn,
+            state.next_step,
+            sorted(state.pending, key=str),
+        ]
+    ).decode()
+
+
+def decode_state(text: str, count: int, nodes: list[int]) -> LogState:
+    last_time, last_type, last_turn_end_seq, open_turn, open_step, next_turn, next_step, pending = orjson.loads(text)
+    return LogState(
+        count=count,
+        last_time=last_time,
+        last_type=last_type,
+        last_turn_end_seq=last_turn_end_seq,
+        open_turn=open_turn,
+        open_step=open_step,
+        next_turn=next_turn,
+        next_step=next_step,
+        pending=set(pending),
+        nodes=nodes,
+    )
+
+
+def encode_checkpoint(checkpoint: Checkpoint) -> str:
+    return orjson.dumps([checkpoint.next_turn, checkpoint.next_step, sorted(checkpoint.pending, key=str)]).decode()
+
+
+def decode_checkpoint(text: str) -> Checkpoint:
+    next_turn, next_step, pending = orjson.loads(text)
+    return Checkpoint(next_turn, next_step, frozenset(pending))
+
+
+def fork_state(count: int, last_time: Any, checkpoint: Checkpoint) -> LogState:
+    """The state of a seed of ``count`` events ending at a ``turn/end`` (surface nodes not included)."""
+    return LogState(
+        count=count,
+        last_time=last_time,
+        last_type="turn/end",
+        last_turn_end_seq=count - 1,
+        open_turn=None,
+        open_step=None,
+        next_turn=checkpoint.next_turn,
+        next_step=checkpoint.next_step,
+        pending=set(checkpoint.pending),
+    )
+
+
+def apply_surface(nodes: list[int], changes: Iterable[SurfaceChange]) -> list[int]:
+    """``nodes`` after ``changes`` in order (as :func:`app.domain.history.fold_surface` folds them from none)."""
+    for seq, start, end in changes:
+        if start < 0:
+            nodes.append(seq)
+        else:
+            start_at, end_at = nodes.index(start), nodes.index(end)
+            nodes[start_at : end_at + 1] = [seq]
+    return nodes

@@ -7,6 +7,7 @@ that expands to the exact ``assistant/chunk`` events DSH would see.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -74,14 +75,30 @@ def header_from_record(record: dict[str, Any], session_id: str) -> SessionHeader
 
 
 # What a canonical line may hold that orjson would read lossily yet write back unchanged: -0.0, an integer past
-# 2**53 (or a float written with 16+ digits), a number with an exponent. Digits are folded to "0" first so that
-# plain substring searches find them.
-_FOLD_DIGITS = bytes.maketrans(b"123456789E", b"000000000e")
+# 2**53 (or a float written with 16+ digits), a number with an exponent. Each of them is a number token, and in
+# canonical JSON (no whitespace) a number token starts a document or follows ":", "," or "[": never a letter or a
+# quote. So the text is mapped to its shape (number characters to "0", an exponent letter to "e", those three
+# delimiters to "D", anything else to "x") and only number tokens are looked at: a hex digest or a uuid inside a
+# string ("...0e4f...") is no longer taken for an exponent. The check stays exact (it never misses a lossy number);
+# it may still flag a string that holds ":1e5", which only costs the slower exact parse.
+_SHAPE = bytes.maketrans(
+    bytes(range(256)),
+    bytes(
+        ord("0") if char in b"0123456789.-" else ord("e") if char in b"eE" else ord("D") if char in b":,[" else ord("x")
+        for char in range(256)
+    ),
+)
+_LOSSY_TOKEN = re.compile(rb"D0(?:0*e|0{15})")  # an exponent, or 16+ number characters
+_LOSSY_FIRST_TOKEN = re.compile(rb"0(?:0*e|0{15})")
+_NEGATIVE_ZERO = re.compile(rb"(?:\A|[:,\[])-0\.0")
 
 
-def may_round_trip_lossily(line: bytes) -> bool:
-    folded = line.translate(_FOLD_DIGITS)
-    return b"0000000000000000" in folded or b"0e" in folded or b"-0.0" in line
+def may_round_trip_lossily(text: bytes) -> bool:
+    """Whether canonical JSON ``text`` may hold a number orjson reads lossily (see above); never a false no."""
+    shape = text.translate(_SHAPE)
+    if _LOSSY_TOKEN.search(shape) is not None or _LOSSY_FIRST_TOKEN.match(shape) is not None:
+        return True
+    return b"-0.0" in text and _NEGATIVE_ZERO.search(text) is not None
 
 
 def loads_stored(line: bytes) -> tuple[Any, list[Break]]:

@@ -10,9 +10,17 @@ import copy
 import json
 from typing import Any
 
+import orjson
 import pytest
 
-from app.backends.files.codec import MalformedRecord, decode_line, expand_record, header_problem, parse_line
+from app.backends.files.codec import (
+    MalformedRecord,
+    decode_line,
+    expand_record,
+    header_problem,
+    may_round_trip_lossily,
+    parse_line,
+)
 from app.domain.jsonvalue import JsonSyntaxError
 
 TEXT_ROW: dict[str, Any] = {
@@ -217,6 +225,37 @@ def test_a_line_that_breaks_lossless_json_is_malformed() -> None:
         parse_line(b'{"type":"x","seq":0,"time":1,"data":{"x":-0}}')
     with pytest.raises(MalformedRecord, match="duplicate"):
         decode_line(b'{"type":"x","type":"y","seq":0,"time":1,"data":null}')
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"seq":1,"time":1e20}',
+        b'{"n":[1,2.5E-7]}',
+        b"1e5",
+        b'{"n":12345678901234567}',
+        b'{"n":[-9007199254740993]}',
+        b"12345678901234567",
+        b'{"n":-0.0}',
+        b"-0.0",
+        b'{"a":[1,-0.0]}',
+    ],
+)
+def test_every_number_orjson_may_read_lossily_is_flagged(text: bytes) -> None:
+    assert may_round_trip_lossily(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        orjson.dumps({"id": "demo", "instance": "0e3f5b1a9c7d4e2f8a6b0c1d2e3f4a5b"}),
+        orjson.dumps({"data": {"sha": "3e5a0e1d" * 8, "digits": "12345678901234567890", "neg": "x-0.0"}}),
+        b'{"seq":900719925474099,"time":1700000000000,"x":-0.5,"y":1.25}',
+    ],
+)
+def test_hex_and_digits_inside_strings_and_safe_numbers_are_not_flagged(text: bytes) -> None:
+    assert not may_round_trip_lossily(text)
+    assert parse_line(text) == orjson.loads(text)
 
 
 def test_a_line_that_is_not_json_is_a_syntax_error() -> None:

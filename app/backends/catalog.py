@@ -10,33 +10,69 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from app.backends.errors import SessionCorrupt
 from app.domain.log import SessionLog
-from app.domain.session import Session, SessionHeader, SessionKey, head_of
+from app.domain.session import LogHead, Session, SessionHeader, SessionKey, head_of
 
-__all__ = ["Catalog", "LiveSession"]
+__all__ = ["Catalog", "FrozenLog", "LiveSession"]
 
 OrderKey = tuple[int, str]
 
 
+class FrozenLog(Protocol):
+    """A log kept in a backend's compact encoding until it is first needed (many idle sessions cost little)."""
+
+    def thaw(self) -> SessionLog:
+        """The log itself."""
+
+    def head(self) -> LogHead:
+        """Where the log stands, without thawing it."""
+
+
 class LiveSession:
-    """A live session held in memory: its key, its header and its log (the log grows; the rest never changes)."""
+    """A live session held in memory: its key, its header and its log (the log grows; the rest never changes).
 
-    __slots__ = ("header", "key", "log")
+    ``checkpointed`` is the file backend's: how many of the log's events a durable checkpoint covers, or -1 when
+    the session's file does not hold the log's bytes as they are in memory (a DSH log with packed rows): such a
+    session is never checkpointed, and a fork of it is written from memory.
+    """
 
-    def __init__(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> None:
+    __slots__ = ("_log", "checkpointed", "header", "key")
+
+    def __init__(
+        self, key: SessionKey, header: SessionHeader, log: SessionLog | FrozenLog, *, checkpointed: int = 0
+    ) -> None:
         self.key = key
         self.header = header
-        self.log = log
+        self._log = log
+        self.checkpointed = checkpointed
 
     @property
     def id(self) -> str:
         return self.key.id
 
+    @property
+    def log(self) -> SessionLog:
+        """The log (a frozen one is thawed on first use)."""
+        log = self._log
+        if not isinstance(log, SessionLog):
+            log = self._log = log.thaw()
+        return log
+
+    @property
+    def frozen(self) -> bool:
+        return not isinstance(self._log, SessionLog)
+
+    def freeze(self, frozen: FrozenLog) -> None:
+        """Keep the log as ``frozen`` (the same log, encoded) until it is next used."""
+        self._log = frozen
+
     def view(self) -> Session:
-        return Session(self.key, self.header, head_of(self.log.state))
+        log = self._log
+        head = head_of(log.state) if isinstance(log, SessionLog) else log.head()
+        return Session(self.key, self.header, head)
 
     @property
     def order_key(self) -> OrderKey:
@@ -81,6 +117,10 @@ class Catalog:
         """The live session, or None; :class:`SessionCorrupt` for one kept out of service."""
         if key in self._corrupt:
             raise SessionCorrupt(key.id, self._corrupt[key])
+        return self._live.get(key)
+
+    def live(self, key: SessionKey) -> LiveSession | None:
+        """The live session, or None (also for one kept out of service)."""
         return self._live.get(key)
 
     def __iter__(self) -> Iterator[LiveSession]:

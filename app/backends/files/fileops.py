@@ -9,6 +9,7 @@ outside it is read or written through one.
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import os
 import platform
@@ -80,8 +81,15 @@ class FileOps:
             written = self.write(fd, view)
             view = view[written:]
 
-    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
         return os.pwrite(fd, data, offset)
+
+    def pwrite_all(self, fd: int, data: bytes | memoryview, offset: int) -> None:
+        view = memoryview(data)
+        while view:
+            written = self.pwrite(fd, view, offset)
+            view = view[written:]
+            offset += written
 
     def pread(self, fd: int, size: int, offset: int) -> bytes:
         return os.pread(fd, size, offset)
@@ -97,6 +105,15 @@ class FileOps:
                 return b"".join(chunks)
             chunks.append(chunk)
             offset += len(chunk)
+
+    def copy_file_range(self, source: int, target: int, count: int, offset: int) -> int:
+        """Copy up to ``count`` bytes of ``source`` from ``offset`` to ``target``'s position, in the kernel (a
+        reflink where the file system has one); how many were copied. OSError where the system cannot."""
+        copy = getattr(os, "copy_file_range", None)
+        if copy is None:
+            raise OSError(errno.ENOSYS, "copy_file_range is not available")
+        copied: int = copy(source, target, count, offset)
+        return copied
 
     def fstat(self, fd: int) -> os.stat_result:
         return os.fstat(fd)

@@ -1,0 +1,380 @@
+"""Checkpoints: what a start needs to resume a session without checking its stored events again.
+
+A checkpoint record says "the session ``tenant/id`` of incarnation ``instance`` held these events, checked": the
+events ``start`` .. ``stop - 1`` (their line ends, surface changes, ``turn/end`` seqs and checkpoints, and the rules'
+state after them) and a digest of every block of ``BLOCK_BYTES`` of its lines (after the header line) that those
+events touch. A session's records form a *chain*: the first starts at event 0, each next one where the previous
+stopped. The records of all sessions are kept in one journal (:mod:`app.backends.files.journal`), written in the
+background while the service runs (:mod:`app.backends.files.checkpointer`).
+
+At a start, a chain is used only when the file's header names the same instance and the file's lines still begin
+with exactly the bytes every block digest covers; then the checked prefix is resumed and only the lines after it are
+checked. Any doubt (no chain, another instance, a digest that differs, a file shorter than the prefix, a record
+that does not decode) means the whole file is checked as if there were no checkpoint: checkpoints make a start
+faster, never different.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import sys
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from app.domain.events import LogState, known_type
+from app.domain.log import Buffer, Checkpoint, LogDelta, LogParts, SessionLog, checkpoint
+from app.domain.session import LogHead, SessionKey, head_of
+
+__all__ = [
+    "BLOCK_BYTES",
+    "COLD_BYTES",
+    "Chain",
+    "ColdLog",
+    "decode_record",
+    "encode_record",
+    "read_chains",
+]
+
+BLOCK_BYTES = 64 * 1024
+DIGEST_BYTES = 16
+# A session whose log is at most this many bytes, and which nothing changed since its first record, is kept frozen
+# (its record and its lines in one bytes object) until it is used.
+COLD_BYTES = 16 * 1024
+
+# tenant, id and instance lengths; start, stop, body_start, body_stop; lengths of the JSON, the line ends, the surface
+# values, the turn ends; the first block and how many digests follow.
+_HEAD = struct.Struct("<HHHqqqqIIIIII")
+
+
+def _digest(data: Buffer) -> bytes:
+    return hashlib.sha256(data).digest()[:DIGEST_BYTES]
+
+
+def block_digests(pieces: Iterable[Buffer], body_from: int, body_stop: int) -> bytes:
+    """The digest of each block of the lines from ``body_from`` (a block boundary) to ``body_stop``, given as
+    ``pieces`` (the last block may be partial)."""
+    digests = bytearray()
+    hasher = hashlib.sha256()
+    filled = 0
+    for piece in pieces:
+        view = memoryview(piece)
+        while len(view):
+            take = min(BLOCK_BYTES - filled, len(view))
+            hasher.update(view[:take])
+            filled += take
+            view = view[take:]
+            if filled == BLOCK_BYTES:
+                digests += hasher.digest()[:DIGEST_BYTES]
+                hasher = hashlib.sha256()
+                filled = 0
+    if filled:
+        digests += hasher.digest()[:DIGEST_BYTES]
+    expected = -(-(body_stop - body_from) // BLOCK_BYTES)
+    if len(digests) != expected * DIGEST_BYTES:
+        raise ValueError("the pieces do not cover the bytes they were said to")
+    return bytes(digests)
+
+
+def encode_record(key: SessionKey, instance: str, delta: LogDelta, digests: bytes | None = None) -> bytes:
+    """The checkpoint record of what ``delta`` holds (``delta.body_from`` must be a block boundary); ``digests``
+    are its blocks' when they are known already (else they are computed from ``delta.body``)."""
+    parts = delta.parts
+    state = parts.state
+    description = orjson.dumps(
+        [
+            state.last_time,
+            state.last_type,
+            state.last_turn_end_seq,
+            state.open_turn,
+            state.open_step,
+            state.next_turn,
+            state.next_step,
+            sorted(state.pending),
+            [[point.next_turn, point.next_step, sorted(point.pending)] for point in parts.checkpoints],
+        ]
+    )
+    tenant, session_id, incarnation = key.tenant.encode(), key.id.encode(), instance.encode()
+    ends = _column(parts.ends)
+    surface = _column(parts.surface)
+    turn_ends = _column(parts.turn_ends)
+    if digests is None:
+        digests = block_digests(delta.body, delta.body_from, delta.body_stop)
+    head = _HEAD.pack(
+        len(tenant),
+        len(session_id),
+        len(incarnation),
+        delta.start,
+        delta.stop,
+        delta.body_start,
+        delta.body_stop,
+        len(description),
+        len(parts.ends),
+        len(parts.surface),
+        len(parts.turn_ends),
+        delta.body_from // BLOCK_BYTES,
+        len(digests) // DIGEST_BYTES,
+    )
+    return b"".join((head, tenant, session_id, incarnation, description, ends, surface, turn_ends, digests))
+
+
+def _column(values: Sequence[int]) -> bytes:
+    column = values if isinstance(values, array) else array("q", values)
+    if sys.byteorder != "little":
+        column = array("q", column)
+        column.byteswap()
+    return column.tobytes()
+
+
+def _ints(data: Buffer) -> array[int]:
+    column = array("q")
+    column.frombytes(data)
+    if sys.byteorder != "little":
+        column.byteswap()
+    return column
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A checkpoint record's fixed fields (the rest is decoded from ``payload`` only when it is used)."""
+
+    key: SessionKey
+    instance: str
+    start: int
+    stop: int
+    body_start: int
+    body_stop: int
+    first_block: int
+    digests: bytes
+    payload: bytes
+    _at: int  # where the JSON description starts in ``payload``
+    _lengths: tuple[int, int, int, int]
+
+    def parts(self) -> tuple[LogState, array[int], array[int], array[int], list[Checkpoint]]:
+        """The state after its events, and their line ends, surface values, turn ends and checkpoints."""
+        json_length, ends_length, surface_length, turns_length = self._lengths
+        at = self._at
+        payload = memoryview(self.payload)
+        values = orjson.loads(payload[at : at + json_length])
+        at += json_length
+        ends = _ints(payload[at : at + 8 * ends_length])
+        at += 8 * ends_length
+        surface = _ints(payload[at : at + 8 * surface_length])
+        at += 8 * surface_length
+        turn_ends = _ints(payload[at : at + 8 * turns_length])
+        last_time, last_type, last_turn_end_seq, open_turn, open_step, next_turn, next_step, pending, points = values
+        state = LogState(
+            count=self.stop,
+            last_time=last_time,
+            last_type=known_type(last_type) if isinstance(last_type, str) else last_type,
+            last_turn_end_seq=last_turn_end_seq,
+            open_turn=open_turn,
+            open_step=open_step,
+            next_turn=next_turn,
+            next_step=next_step,
+            pending=frozenset(pending),
+        )
+        checkpoints = [checkpoint(turn, step, frozenset(calls)) for turn, step, calls in points]
+        if len(ends) != self.stop - self.start or len(checkpoints) != len(turn_ends):
+            raise ValueError("the record's columns do not fit its events")
+        return state, ends, surface, turn_ends, checkpoints
+
+    def head(self) -> LogHead:
+        """Where the log stands after its events (from its description alone)."""
+        json_length = self._lengths[0]
+        values = orjson.loads(memoryview(self.payload)[self._at : self._at + json_length])
+        last_time, last_type, last_turn_end_seq, open_turn = values[:4]
+        return head_of(
+            LogState(
+                count=self.stop,
+                last_time=last_time,
+                last_type=last_type,
+                last_turn_end_seq=last_turn_end_seq,
+                open_turn=open_turn,
+            )
+        )
+
+
+def decode_record(payload: bytes) -> Record:
+    """The fixed fields of a checkpoint record; ValueError (or struct.error) if it does not decode."""
+    (
+        tenant_length,
+        id_length,
+        instance_length,
+        start,
+        stop,
+        body_start,
+        body_stop,
+        json_length,
+        ends_length,
+        surface_length,
+        turns_length,
+        first_block,
+        digest_count,
+    ) = _HEAD.unpack_from(payload)
+    at = _HEAD.size
+    tenant = payload[at : at + tenant_length].decode()
+    at += tenant_length
+    session_id = payload[at : at + id_length].decode()
+    at += id_length
+    instance = payload[at : at + instance_length].decode()
+    at += instance_length
+    columns = json_length + 8 * (ends_length + surface_length + turns_length)
+    digests_at = at + columns
+    digests = payload[digests_at : digests_at + DIGEST_BYTES * digest_count]
+    if (
+        len(digests) != DIGEST_BYTES * digest_count
+        or len(payload) != digests_at + len(digests)
+        or not 0 <= start <= stop
+        or not 0 <= body_start <= body_stop
+        or ends_length != stop - start
+        or first_block * BLOCK_BYTES > body_start
+        or digest_count != -(-(body_stop - first_block * BLOCK_BYTES) // BLOCK_BYTES)
+    ):
+        raise ValueError("the checkpoint record does not decode")
+    return Record(
+        SessionKey(tenant, session_id),
+        instance,
+        start,
+        stop,
+        body_start,
+        body_stop,
+        first_block,
+        digests,
+        payload,
+        at,
+        (json_length, ends_length, surface_length, turns_length),
+    )
+
+
+class Chain:
+    """A session's records, the first starting at event 0 and each next where the previous stopped."""
+
+    __slots__ = ("digests", "records")
+
+    def __init__(self, first: Record) -> None:
+        self.records = [first]
+        self.digests = bytearray(first.digests)
+
+    @property
+    def last(self) -> Record:
+        return self.records[-1]
+
+    @property
+    def instance(self) -> str:
+        return self.records[0].instance
+
+    @property
+    def stop(self) -> int:
+        return self.last.stop
+
+    @property
+    def body_stop(self) -> int:
+        return self.last.body_stop
+
+    def extend(self, record: Record) -> bool:
+        """Add ``record`` if it goes on where this chain stops (else it is dropped, and False)."""
+        last = self.last
+        if record.instance != last.instance or record.start != last.stop or record.body_start != last.body_stop:
+            return False
+        del self.digests[DIGEST_BYTES * record.first_block :]
+        self.digests += record.digests
+        self.records.append(record)
+        return True
+
+    def holds(self, body: memoryview) -> bool:
+        """Whether ``body`` (a file's lines after its header) begins with exactly the checked bytes."""
+        stop = self.body_stop
+        if len(body) < stop or len(self.digests) != DIGEST_BYTES * -(-stop // BLOCK_BYTES):
+            return False
+        digests = self.digests
+        for block, position in enumerate(range(0, stop, BLOCK_BYTES)):
+            at = DIGEST_BYTES * block
+            if _digest(body[position : min(position + BLOCK_BYTES, stop)]) != digests[at : at + DIGEST_BYTES]:
+                return False
+        return True
+
+    def parts(self) -> LogParts:
+        """The checked prefix's parts (ValueError if the records do not fit together)."""
+        ends, surface, turn_ends = array("q"), array("q"), array("q")
+        checkpoints: list[Checkpoint] = []
+        state = LogState()
+        for record in self.records:
+            state, record_ends, record_surface, record_turns, record_points = record.parts()
+            ends += record_ends
+            surface += record_surface
+            turn_ends += record_turns
+            checkpoints += record_points
+        state.nodes = _fold(surface)
+        return LogParts(state, ends, surface, turn_ends, checkpoints)
+
+    def merged(self) -> bytes:
+        """One record of the whole chain (a journal rewrite keeps one per session)."""
+        if len(self.records) == 1:
+            return self.last.payload
+        parts = self.parts()
+        first = self.records[0]
+        return encode_merged(first.key, first.instance, parts, self.body_stop, bytes(self.digests))
+
+
+def _fold(surface: Sequence[int]) -> list[int]:
+    """The surface nodes after the changes (flat ``seq, start, end`` triples), in order."""
+    nodes: list[int] = []
+    for at in range(0, len(surface), 3):
+        seq, start, end = surface[at], surface[at + 1], surface[at + 2]
+        if start < 0:
+            nodes.append(seq)
+        else:
+            start_at, end_at = nodes.index(start), nodes.index(end)
+            nodes[start_at : end_at + 1] = [seq]
+    return nodes
+
+
+def encode_merged(key: SessionKey, instance: str, parts: LogParts, body_stop: int, digests: bytes) -> bytes:
+    """A record of events 0 .. the end whose block digests are already known."""
+    return encode_record(key, instance, LogDelta(0, parts.state.count, 0, 0, body_stop, (), parts), digests)
+
+
+def read_chains(payloads: Iterable[bytes]) -> dict[SessionKey, Chain]:
+    """Every session's chain in the journal's records, in order: a record from event 0 starts a chain anew (a new
+    incarnation, or a rewrite), any other one extends its session's chain if it fits; a record that does not decode
+    is skipped."""
+    chains: dict[SessionKey, Chain] = {}
+    for payload in payloads:
+        try:
+            record = decode_record(payload)
+        except (ValueError, struct.error, UnicodeDecodeError):
+            continue
+        if record.start == 0:
+            chains[record.key] = Chain(record)
+            continue
+        chain = chains.get(record.key)
+        if chain is not None:
+            chain.extend(record)
+    return chains
+
+
+class ColdLog(bytes):
+    """A small session's log kept as its checkpoint record and its lines, thawed into a :class:`SessionLog` on
+    first use: an idle session costs little more than its bytes."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, record: bytes, lines: Buffer) -> ColdLog:
+        return cls(b"".join((struct.pack("<I", len(record)), record, lines)))
+
+    def _record(self) -> Record:
+        (length,) = struct.unpack_from("<I", self)
+        return decode_record(bytes(self[4 : 4 + length]))
+
+    def thaw(self) -> SessionLog:
+        (length,) = struct.unpack_from("<I", self)
+        chain = Chain(decode_record(bytes(self[4 : 4 + length])))
+        return SessionLog.resume(bytes(self[4 + length :]), chain.parts())
+
+    def head(self) -> LogHead:
+        return self._record().head()

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-from app.cli import serve
+from app.cli import export, import_, serve, verify
 
 __all__ = ["COMMANDS", "main"]
 
@@ -26,7 +26,15 @@ class Command:
         return str(getattr(self.module, "DESCRIPTION", "")).split(". ")[0]
 
 
-COMMANDS: dict[str, Command] = {command.name: command for command in (Command("serve", serve),)}
+COMMANDS: dict[str, Command] = {
+    command.name: command
+    for command in (
+        Command("serve", serve),
+        Command("verify", verify),
+        Command("export", export),
+        Command("import", import_),
+    )
+}
 
 
 def parser_for(command: Command) -> argparse.ArgumentParser:

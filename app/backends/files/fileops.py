@@ -48,6 +48,17 @@ def kind_of(mode: int) -> str:
     return FileKind.OTHER
 
 
+def _entry_kind(entry: os.DirEntry[str]) -> str:
+    """What a folder entry is, from the folder listing itself where the file system says (no stat per entry)."""
+    if entry.is_symlink():
+        return FileKind.SYMLINK
+    if entry.is_file(follow_symlinks=False):
+        return FileKind.REGULAR
+    if entry.is_dir(follow_symlinks=False):
+        return FileKind.DIRECTORY
+    return FileKind.OTHER
+
+
 def _load_syncfs() -> Callable[[int], int] | None:
     """syncfs(2), where it reports write errors (Linux 5.8 and later); None elsewhere."""
     release = re.match(r"(\d+)\.(\d+)", platform.release())
@@ -160,7 +171,7 @@ class FileOps:
     def scandir(self, path: StrPath) -> list[tuple[str, str]]:
         """The entries of a folder as (name, kind), sorted by name; links are reported, not followed."""
         with os.scandir(path) as entries:
-            found = [(entry.name, kind_of(entry.stat(follow_symlinks=False).st_mode)) for entry in entries]
+            found = [(entry.name, _entry_kind(entry)) for entry in entries]
         return sorted(found)
 
     def link(self, source: StrPath, target: StrPath) -> None:

@@ -42,7 +42,7 @@ from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
 from app.domain.log import SessionLog
 from app.domain.session import DEFAULT_TENANT, SessionHeader, SessionKey
 
-__all__ = ["CorruptLog", "RecoveredLog", "Recovery", "RecoveryReport", "recover_log"]
+__all__ = ["CorruptLog", "RecoveredLog", "Recovery", "RecoveryReport", "recover_log", "salvage_log"]
 
 logger = logging.getLogger("forklog.storage")
 
@@ -159,6 +159,26 @@ def _recover_events(data: bytes, position: int, log: SessionLog, *, now: int, li
     return log, mirrored
 
 
+def salvage_log(session_id: str, data: bytes, *, now: int) -> tuple[SessionHeader, SessionLog, str | None]:
+    """What a damaged file holds before its damage: its header, the log of its whole lines up to the first one that
+    does not decode or breaks a rule, and why the rest was left out (None when nothing was). :class:`CorruptLog`
+    when even the header is damaged."""
+    header = parse_header(data, session_id)
+    start = data.find(b"\n") + 1
+    try:
+        log, _ = _recover_events(data, start, SessionLog(), now=now, line_no=1)
+    except CorruptLog as damage:
+        log = SessionLog()
+        lines = data[start : data.rfind(b"\n") + 1].split(b"\n")[:-1]
+        for number, line in enumerate(lines, start=1):  # again, one line at a time, up to the damage
+            try:
+                log.commit(log.stage(_window_events([line], number, len(log)), appended=False, now=now))
+            except (CorruptLog, EventRejected):
+                break
+        return header, log, damage.reason
+    return header, log, None
+
+
 def _window_events(lines: list[bytes], line_no: int, first_seq: int) -> list[Any]:
     """The events of a window of whole lines (``line_no`` is the line before the first), seqs checked."""
     records = _parse_canonical(lines)
@@ -252,7 +272,7 @@ class Recovery:
     def run(self, progress: Callable[[int], None] | None = None) -> RecoveryReport:
         """Recover every session; ``progress(bytes)`` is called after each file."""
         if self._repair:
-            for name, kind in self._ops.scandir(self._datadir.tmp):
+            for name, kind in self._entries(self._datadir.tmp):
                 # A create or delete that crashed half-way: the file was never linked in, or was already unlinked.
                 self._remove_quietly(os.path.join(self._datadir.tmp, name), kind)
         chains = read_chains(self._journal.read()) if self._journal is not None else {}
@@ -263,7 +283,13 @@ class Recovery:
 
     def count_files(self) -> int:
         """How many entries the sessions folders hold (for a progress bar)."""
-        return sum(len(self._ops.scandir(space.sessions)) for space in self._datadir.spaces())
+        return sum(len(self._entries(space.sessions)) for space in self._datadir.spaces())
+
+    def _entries(self, folder: Path | str) -> list[tuple[str, str]]:
+        try:
+            return self._ops.scandir(folder)
+        except FileNotFoundError:  # a folder verify found missing (a start makes every folder first)
+            return []
 
     def _recover_space(
         self,
@@ -274,7 +300,7 @@ class Recovery:
     ) -> None:
         cuts: set[str] = set()
         index_folder = str(space.index)
-        for name, kind in self._ops.scandir(space.index):
+        for name, kind in self._entries(space.index):
             if kind == FileKind.REGULAR and name.endswith(CUT_SUFFIX):
                 cuts.add(name[: -len(CUT_SUFFIX)])
             elif space.tenant == DEFAULT_TENANT and kind == FileKind.REGULAR and name == JOURNAL_NAME:
@@ -282,7 +308,7 @@ class Recovery:
             elif self._repair:  # old index files, a half-written journal, or planted: never read
                 self._remove_quietly(os.path.join(index_folder, name), kind)
         folder = str(space.sessions)
-        for name, kind in self._ops.scandir(space.sessions):
+        for name, kind in self._entries(space.sessions):
             size = self._recover_file(space, folder, name, kind, chains, cuts, report)
             report.files += 1
             if progress is not None:

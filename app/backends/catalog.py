@@ -79,24 +79,28 @@ class LiveSession:
         return (self.header.created_at, self.header.id)
 
 
+def _order_of(live: LiveSession) -> OrderKey:
+    return live.order_key
+
+
 @dataclass(slots=True)
 class _Ordered:
-    """Keys in creation order, kept sorted."""
+    """Sessions in creation order, kept sorted (the sessions themselves: no key tuple is kept per session)."""
 
-    keys: list[OrderKey]
+    sessions: list[LiveSession]
 
-    def add(self, key: OrderKey) -> None:
-        insort(self.keys, key)
+    def add(self, live: LiveSession) -> None:
+        insort(self.sessions, live, key=_order_of)
 
-    def remove(self, key: OrderKey) -> None:
-        at = bisect_left(self.keys, key)
-        if at < len(self.keys) and self.keys[at] == key:
-            del self.keys[at]
+    def remove(self, live: LiveSession) -> None:
+        at = bisect_left(self.sessions, live.order_key, key=_order_of)
+        if at < len(self.sessions) and self.sessions[at] is live:
+            del self.sessions[at]
 
-    def after(self, key: OrderKey | None) -> Iterator[OrderKey]:
-        start = 0 if key is None else bisect_right(self.keys, key)
-        for at in range(start, len(self.keys)):
-            yield self.keys[at]
+    def after(self, key: OrderKey | None) -> Iterator[LiveSession]:
+        start = 0 if key is None else bisect_right(self.sessions, key, key=_order_of)
+        for at in range(start, len(self.sessions)):
+            yield self.sessions[at]
 
 
 class Catalog:
@@ -146,7 +150,7 @@ class Catalog:
             self._index(live, sort=False)
             self._max_created_at = max(self._max_created_at, live.header.created_at)
         for ordered in (*self._by_tenant.values(), *self._by_parent.values()):
-            ordered.keys.sort()
+            ordered.sessions.sort(key=_order_of)
 
     def _index(self, live: LiveSession, *, sort: bool) -> None:
         indexes = [self._by_tenant.setdefault(live.key.tenant, _Ordered([]))]
@@ -155,21 +159,21 @@ class Catalog:
             indexes.append(self._by_parent.setdefault((live.key.tenant, parent), _Ordered([])))
         for ordered in indexes:
             if sort:
-                ordered.add(live.order_key)
+                ordered.add(live)
             else:
-                ordered.keys.append(live.order_key)
+                ordered.sessions.append(live)
 
     def remove(self, key: SessionKey) -> None:
         live = self._live.pop(key, None)
         if live is None:
             return
-        self._by_tenant[key.tenant].remove(live.order_key)
+        self._by_tenant[key.tenant].remove(live)
         parent = live.header.parent_session
         if parent is not None:
-            self._by_parent[(key.tenant, parent)].remove(live.order_key)
+            self._by_parent[(key.tenant, parent)].remove(live)
 
     def tenants(self) -> list[str]:
-        return sorted(tenant for tenant, ordered in self._by_tenant.items() if ordered.keys)
+        return sorted(tenant for tenant, ordered in self._by_tenant.items() if ordered.sessions)
 
     def quarantine(self, key: SessionKey, reason: str, *, created_at: int | None = None) -> None:
         """Keep a damaged session out of service; its ``created_at`` (if its header was read) still counts."""
@@ -182,8 +186,8 @@ class Catalog:
         if ordered is None:
             return []
         found: list[LiveSession] = []
-        for _, session_id in ordered.after(after):
+        for live in ordered.after(after):
             if len(found) == limit:
                 break
-            found.append(self._live[SessionKey(tenant, session_id)])
+            found.append(live)
         return found

@@ -26,7 +26,7 @@ from app.backends.files.checkpointer import REWRITE_MIN_BYTES, Checkpointer
 from app.backends.files.codec import encode_header
 from app.backends.files.cuts import CUT_SUFFIX, CutRecords
 from app.backends.files.datadir import DataDir
-from app.backends.files.fileops import FileOps
+from app.backends.files.fileops import FileOps, release_free_memory
 from app.backends.files.journal import JOURNAL_NAME, Journal
 from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, parse_header
 from app.backends.files.writer import AppendWriter
@@ -117,6 +117,7 @@ class FileBackend:
             if collecting:
                 gc.enable()
         gc.freeze()
+        release_free_memory()
         for key, reason, created_at in report.quarantined:
             self.catalog.quarantine(key, reason, created_at=created_at)
         self._corrupt = report.corrupt

@@ -27,7 +27,14 @@ import threading
 from dataclasses import dataclass
 
 from app.backends.catalog import Catalog, LiveSession
-from app.backends.files.checkpoints import BLOCK_BYTES, COLD_BYTES, ColdLog, encode_record, read_chains
+from app.backends.files.checkpoints import (
+    BLOCK_BYTES,
+    COLD_BYTES,
+    ColdLog,
+    decode_record,
+    encode_record,
+    read_chains,
+)
 from app.backends.files.journal import Journal
 from app.domain.log import LogDelta
 from app.domain.session import SessionKey
@@ -156,7 +163,9 @@ class Checkpointer:
         if len(log) != delta.stop:
             self._dirty.setdefault(live.key, live)  # appended to during the round: the next one takes the rest
         elif delta.start == 0 and delta.body_stop <= COLD_BYTES:
-            live.freeze(ColdLog.of(item.record, log.lines()))
+            frozen = ColdLog.of(decode_record(item.record), log.lines())
+            if frozen is not None:
+                live.freeze(frozen)
 
     async def _rewrite(self) -> None:
         """Rewrite the journal with one record per live session; set every session's count to what it holds."""
@@ -183,7 +192,7 @@ class Checkpointer:
 
     def _rewrite_locked(self, instances: dict[SessionKey, str]) -> dict[SessionKey, int]:
         chains = read_chains(self._journal.read() if not self._journal.broken else [])
-        records: list[bytes] = []
+        records: list[bytes | memoryview] = []
         kept: dict[SessionKey, int] = {}
         for key, chain in chains.items():
             if instances.get(key) != chain.instance:

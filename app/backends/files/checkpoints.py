@@ -21,7 +21,6 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 import orjson
 
@@ -137,68 +136,106 @@ def _ints(data: Buffer) -> array[int]:
     return column
 
 
-@dataclass(frozen=True, slots=True)
 class Record:
     """A checkpoint record's fixed fields (the rest is decoded from ``payload`` only when it is used)."""
 
-    key: SessionKey
-    instance: str
-    start: int
-    stop: int
-    body_start: int
-    body_stop: int
-    first_block: int
-    digests: bytes
-    payload: bytes
-    _at: int  # where the JSON description starts in ``payload``
-    _lengths: tuple[int, int, int, int]
+    # A plain class, not a dataclass: a start decodes one per session, and a frozen dataclass is slow to make.
+    __slots__ = (
+        "_at",
+        "_lengths",
+        "body_start",
+        "body_stop",
+        "digests",
+        "first_block",
+        "instance",
+        "key",
+        "payload",
+        "start",
+        "stop",
+    )
 
-    def parts(self) -> tuple[LogState, array[int], array[int], array[int], list[Checkpoint]]:
-        """The state after its events, and their line ends, surface values, turn ends and checkpoints."""
+    def __init__(
+        self,
+        key: SessionKey,
+        instance: str,
+        start: int,
+        stop: int,
+        body_start: int,
+        body_stop: int,
+        first_block: int,
+        digests: bytes,
+        payload: bytes | memoryview,
+        at: int,
+        lengths: tuple[int, int, int, int],
+    ) -> None:
+        self.key = key
+        self.instance = instance
+        self.start = start
+        self.stop = stop
+        self.body_start = body_start
+        self.body_stop = body_stop
+        self.first_block = first_block
+        self.digests = digests
+        self.payload = payload
+        self._at = at  # where the JSON description starts in ``payload``
+        self._lengths = lengths
+
+    def columns(self) -> tuple[memoryview, array[int], array[int], array[int]]:
+        """Its description (JSON) and its line ends, surface values and turn ends."""
         json_length, ends_length, surface_length, turns_length = self._lengths
         at = self._at
         payload = memoryview(self.payload)
-        values = orjson.loads(payload[at : at + json_length])
+        description = payload[at : at + json_length]
         at += json_length
         ends = _ints(payload[at : at + 8 * ends_length])
         at += 8 * ends_length
         surface = _ints(payload[at : at + 8 * surface_length])
         at += 8 * surface_length
         turn_ends = _ints(payload[at : at + 8 * turns_length])
-        last_time, last_type, last_turn_end_seq, open_turn, open_step, next_turn, next_step, pending, points = values
-        state = LogState(
-            count=self.stop,
-            last_time=last_time,
-            last_type=known_type(last_type) if isinstance(last_type, str) else last_type,
-            last_turn_end_seq=last_turn_end_seq,
-            open_turn=open_turn,
-            open_step=open_step,
-            next_turn=next_turn,
-            next_step=next_step,
-            pending=frozenset(pending),
-        )
-        checkpoints = [checkpoint(turn, step, frozenset(calls)) for turn, step, calls in points]
+        return description, ends, surface, turn_ends
+
+    def parts(self) -> tuple[LogState, array[int], array[int], array[int], list[Checkpoint]]:
+        """The state after its events, and their line ends, surface values, turn ends and checkpoints."""
+        description, ends, surface, turn_ends = self.columns()
+        state, checkpoints = _described(description, self.stop)
         if len(ends) != self.stop - self.start or len(checkpoints) != len(turn_ends):
             raise ValueError("the record's columns do not fit its events")
         return state, ends, surface, turn_ends, checkpoints
 
-    def head(self) -> LogHead:
-        """Where the log stands after its events (from its description alone)."""
-        json_length = self._lengths[0]
-        values = orjson.loads(memoryview(self.payload)[self._at : self._at + json_length])
-        last_time, last_type, last_turn_end_seq, open_turn = values[:4]
-        return head_of(
-            LogState(
-                count=self.stop,
-                last_time=last_time,
-                last_type=last_type,
-                last_turn_end_seq=last_turn_end_seq,
-                open_turn=open_turn,
-            )
+
+def _described(description: Buffer, count: int) -> tuple[LogState, list[Checkpoint]]:
+    """The state and the checkpoints a record's description says (``count`` events)."""
+    last_time, last_type, last_turn_end_seq, open_turn, open_step, next_turn, next_step, pending, points = orjson.loads(
+        description
+    )
+    state = LogState(
+        count=count,
+        last_time=last_time,
+        last_type=known_type(last_type) if isinstance(last_type, str) else last_type,
+        last_turn_end_seq=last_turn_end_seq,
+        open_turn=open_turn,
+        open_step=open_step,
+        next_turn=next_turn,
+        next_step=next_step,
+        pending=frozenset(pending),
+    )
+    return state, [checkpoint(turn, step, frozenset(calls)) for turn, step, calls in points]
+
+
+def _head(description: Buffer, count: int) -> LogHead:
+    last_time, last_type, last_turn_end_seq, open_turn = orjson.loads(description)[:4]
+    return head_of(
+        LogState(
+            count=count,
+            last_time=last_time,
+            last_type=last_type,
+            last_turn_end_seq=last_turn_end_seq,
+            open_turn=open_turn,
         )
+    )
 
 
-def decode_record(payload: bytes) -> Record:
+def decode_record(payload: bytes | memoryview) -> Record:
     """The fixed fields of a checkpoint record; ValueError (or struct.error) if it does not decode."""
     (
         tenant_length,
@@ -216,15 +253,15 @@ def decode_record(payload: bytes) -> Record:
         digest_count,
     ) = _HEAD.unpack_from(payload)
     at = _HEAD.size
-    tenant = payload[at : at + tenant_length].decode()
+    tenant = str(payload[at : at + tenant_length], "utf-8")
     at += tenant_length
-    session_id = payload[at : at + id_length].decode()
+    session_id = str(payload[at : at + id_length], "utf-8")
     at += id_length
-    instance = payload[at : at + instance_length].decode()
+    instance = str(payload[at : at + instance_length], "utf-8")
     at += instance_length
     columns = json_length + 8 * (ends_length + surface_length + turns_length)
     digests_at = at + columns
-    digests = payload[digests_at : digests_at + DIGEST_BYTES * digest_count]
+    digests = bytes(payload[digests_at : digests_at + DIGEST_BYTES * digest_count])
     if (
         len(digests) != DIGEST_BYTES * digest_count
         or len(payload) != digests_at + len(digests)
@@ -257,7 +294,7 @@ class Chain:
 
     def __init__(self, first: Record) -> None:
         self.records = [first]
-        self.digests = bytearray(first.digests)
+        self.digests: bytes | bytearray = first.digests
 
     @property
     def last(self) -> Record:
@@ -280,17 +317,21 @@ class Chain:
         last = self.last
         if record.instance != last.instance or record.start != last.stop or record.body_start != last.body_stop:
             return False
-        del self.digests[DIGEST_BYTES * record.first_block :]
-        self.digests += record.digests
+        digests = self.digests if isinstance(self.digests, bytearray) else bytearray(self.digests)
+        del digests[DIGEST_BYTES * record.first_block :]
+        digests += record.digests
+        self.digests = digests
         self.records.append(record)
         return True
 
     def holds(self, body: memoryview) -> bool:
         """Whether ``body`` (a file's lines after its header) begins with exactly the checked bytes."""
         stop = self.body_stop
-        if len(body) < stop or len(self.digests) != DIGEST_BYTES * -(-stop // BLOCK_BYTES):
-            return False
         digests = self.digests
+        if len(body) < stop or len(digests) != DIGEST_BYTES * -(-stop // BLOCK_BYTES):
+            return False
+        if stop <= BLOCK_BYTES:  # most sessions: one block
+            return not stop or _digest(body[:stop]) == digests
         for block, position in enumerate(range(0, stop, BLOCK_BYTES)):
             at = DIGEST_BYTES * block
             if _digest(body[position : min(position + BLOCK_BYTES, stop)]) != digests[at : at + DIGEST_BYTES]:
@@ -311,7 +352,7 @@ class Chain:
         state.nodes = _fold(surface)
         return LogParts(state, ends, surface, turn_ends, checkpoints)
 
-    def merged(self) -> bytes:
+    def merged(self) -> bytes | memoryview:
         """One record of the whole chain (a journal rewrite keeps one per session)."""
         if len(self.records) == 1:
             return self.last.payload
@@ -338,7 +379,7 @@ def encode_merged(key: SessionKey, instance: str, parts: LogParts, body_stop: in
     return encode_record(key, instance, LogDelta(0, parts.state.count, 0, 0, body_stop, (), parts), digests)
 
 
-def read_chains(payloads: Iterable[bytes]) -> dict[SessionKey, Chain]:
+def read_chains(payloads: Iterable[bytes | memoryview]) -> dict[SessionKey, Chain]:
     """Every session's chain in the journal's records, in order: a record from event 0 starts a chain anew (a new
     incarnation, or a rewrite), any other one extends its session's chain if it fits; a record that does not decode
     is skipped."""
@@ -358,23 +399,43 @@ def read_chains(payloads: Iterable[bytes]) -> dict[SessionKey, Chain]:
 
 
 class ColdLog(bytes):
-    """A small session's log kept as its checkpoint record and its lines, thawed into a :class:`SessionLog` on
-    first use: an idle session costs little more than its bytes."""
+    """A small session's log kept as one bytes object (its description, its columns as 16-bit numbers, its lines)
+    and thawed into a :class:`SessionLog` on first use: an idle session costs little more than its bytes."""
 
     __slots__ = ()
 
-    @classmethod
-    def of(cls, record: bytes, lines: Buffer) -> ColdLog:
-        return cls(b"".join((struct.pack("<I", len(record)), record, lines)))
+    _HEAD = struct.Struct("<HHHH")  # description length, line ends, surface values, turn ends
 
-    def _record(self) -> Record:
-        (length,) = struct.unpack_from("<I", self)
-        return decode_record(bytes(self[4 : 4 + length]))
+    @classmethod
+    def of(cls, record: Record, lines: Buffer) -> ColdLog | None:
+        """The frozen form of a whole log's one ``record`` and its ``lines``; None if they are too large for it."""
+        description, ends, surface, turn_ends = record.columns()
+        try:
+            columns = (array("H", ends), array("h", surface), array("h", turn_ends))
+            head = cls._HEAD.pack(len(description), len(ends), len(surface), len(turn_ends))
+        except (OverflowError, struct.error):
+            return None
+        return cls(b"".join((head, description, *(column.tobytes() for column in columns), lines)))
+
+    def _description(self) -> tuple[memoryview, int, int, int, int]:
+        json_length, ends, surface, turns = self._HEAD.unpack_from(self)
+        start = self._HEAD.size
+        return memoryview(self)[start : start + json_length], json_length, ends, surface, turns
 
     def thaw(self) -> SessionLog:
-        (length,) = struct.unpack_from("<I", self)
-        chain = Chain(decode_record(bytes(self[4 : 4 + length])))
-        return SessionLog.resume(bytes(self[4 + length :]), chain.parts())
+        description, json_length, ends_length, surface_length, turns_length = self._description()
+        at = self._HEAD.size + json_length
+        columns = []
+        for typecode, length in (("H", ends_length), ("h", surface_length), ("h", turns_length)):
+            column = array(typecode)
+            column.frombytes(self[at : at + 2 * length])
+            columns.append(array("q", column))
+            at += 2 * length
+        ends, surface, turn_ends = columns
+        state, checkpoints = _described(description, ends_length)
+        state.nodes = _fold(surface)
+        return SessionLog.resume(bytes(self[at:]), LogParts(state, ends, surface, turn_ends, checkpoints))
 
     def head(self) -> LogHead:
-        return self._record().head()
+        description, _, ends, _, _ = self._description()
+        return _head(description, ends)

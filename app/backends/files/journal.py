@@ -28,7 +28,7 @@ MAGIC = b"forklog checkpoints v1\n"
 _FRAME = struct.Struct("<II")  # length, CRC-32 of the record
 
 
-def frame(records: Iterable[bytes]) -> bytes:
+def frame(records: Iterable[bytes | memoryview]) -> bytes:
     return b"".join(_FRAME.pack(len(record), zlib.crc32(record)) + record for record in records)
 
 
@@ -42,8 +42,8 @@ class Journal:
         self._fd = -1
         self.size = 0  # bytes in the file once the last append or rewrite succeeded
 
-    def read(self) -> list[bytes]:
-        """Every whole record, in order (none if the file is missing or not a journal)."""
+    def read(self) -> list[memoryview]:
+        """Every whole record, in order, as views of the file's bytes (none if it is missing or not a journal)."""
         ops = self._ops
         try:
             fd = ops.open(self.path, os.O_RDONLY)
@@ -57,7 +57,7 @@ class Journal:
             ops.close(fd)
         if not data.startswith(MAGIC):
             return []
-        records: list[bytes] = []
+        records: list[memoryview] = []
         view = memoryview(data)
         at = len(MAGIC)
         while at + _FRAME.size <= len(data):
@@ -66,12 +66,12 @@ class Journal:
             record = view[start : start + length]
             if len(record) != length or zlib.crc32(record) != crc:
                 break
-            records.append(record.tobytes())
+            records.append(record)
             at = start + length
         self.size = at
         return records
 
-    def append(self, records: list[bytes]) -> None:
+    def append(self, records: list[bytes | memoryview]) -> None:
         """Append ``records`` durably; OSError if the disk refused (then the file is cut back where it was, or, if
         even that fails, the next call rewrites it)."""
         ops = self._ops
@@ -96,7 +96,7 @@ class Journal:
         """An append failed and could not be cut back: only :meth:`rewrite` makes the file whole again."""
         return self.size < 0
 
-    def rewrite(self, records: list[bytes]) -> None:
+    def rewrite(self, records: list[bytes | memoryview]) -> None:
         """Replace the whole file with ``records``, atomically and durably."""
         ops = self._ops
         folder = self.path.parent

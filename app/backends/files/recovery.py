@@ -59,15 +59,29 @@ class CorruptLog(Exception):
         self.created_at = created_at  # from the header, when the header itself is whole
 
 
-@dataclass(frozen=True, slots=True)
 class RecoveredLog:
-    header: SessionHeader
-    log: SessionLog | ColdLog
-    committed_bytes: int  # the file's size after dropping a torn tail
-    torn_bytes: int  # how many bytes of torn tail were dropped
-    events: int
-    checked_events: int  # events checked against every rule (the others were resumed from a checkpoint)
-    checkpointed: int  # events a durable checkpoint covers; -1 when the file does not hold the log's bytes as is
+    """What a file held (a plain class: a start makes one per session)."""
+
+    __slots__ = ("checked_events", "checkpointed", "committed_bytes", "events", "header", "log", "torn_bytes")
+
+    def __init__(
+        self,
+        header: SessionHeader,
+        log: SessionLog | ColdLog,
+        committed_bytes: int,
+        torn_bytes: int,
+        *,
+        events: int,
+        checked_events: int,
+        checkpointed: int,
+    ) -> None:
+        self.header = header
+        self.log = log
+        self.committed_bytes = committed_bytes  # the file's size after dropping a torn tail
+        self.torn_bytes = torn_bytes  # how many bytes of torn tail were dropped
+        self.events = events
+        self.checked_events = checked_events  # checked against every rule (the others resumed from a checkpoint)
+        self.checkpointed = checkpointed  # covered by a durable checkpoint; -1: the file does not hold the log as is
 
 
 def parse_header(data: bytes, session_id: str) -> SessionHeader:
@@ -97,10 +111,13 @@ def recover_log(session_id: str, data: bytes, *, now: int, chain: Chain | None =
     body = memoryview(data)[start:committed]
     resumed: SessionLog | None = None
     if chain is not None and chain.instance == header.instance and chain.holds(body):
+        frozen = None
         if chain.body_stop == len(body) and len(body) <= COLD_BYTES and len(chain.records) == 1:
+            frozen = ColdLog.of(chain.last, body)
+        if frozen is not None:
             return RecoveredLog(
                 header,
-                ColdLog.of(chain.last.payload, body),
+                frozen,
                 committed,
                 len(data) - committed,
                 events=chain.stop,
@@ -353,7 +370,9 @@ class Recovery:
         try:
             if session_id in cuts:
                 data = self._apply_cut(session_id, path, os.path.join(space.index, f"{session_id}{CUT_SUFFIX}"), data)
-            recovered = recover_log(session_id, data, now=self._now, chain=chains.pop(key, None))
+            # (looked up, not popped: the chains are freed all at once after the start, so that what a start keeps
+            # is not spread over memory the chains held)
+            recovered = recover_log(session_id, data, now=self._now, chain=chains.get(key))
         except CorruptLog as exc:
             logger.error("session %s is corrupt and kept out of service: %s", session_id, exc.reason)
             corrupt(exc.reason, exc.created_at)

@@ -1,8 +1,8 @@
 """``make bench`` (``python -m bench``): forklog beside its baselines, one table. See bench/README.md.
 
-Settings (environment): BENCH_ONLY (fork,appends,restart), BENCH_RUNS, BENCH_RUNS_1M, BENCH_FORK_SIZES,
+Settings (environment): BENCH_ONLY (fork,appends,restart,small), BENCH_RUNS, BENCH_RUNS_1M, BENCH_FORK_SIZES,
 BENCH_CLIENTS, BENCH_APPEND_SECONDS, BENCH_APPEND_RUNS, BENCH_RESTART_BYTES, BENCH_RESTART_SESSION_EVENTS,
-BENCH_RESTART_RUNS, BENCH_DIR, BENCH_KEEP, BENCH_JSON, BENCH_NODE_HEAP_MB, BENCH_LOADGEN.
+BENCH_RESTART_RUNS, BENCH_SMALL_SESSIONS, BENCH_DIR, BENCH_KEEP, BENCH_JSON, BENCH_NODE_HEAP_MB, BENCH_LOADGEN.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from bench import appends, fork, restart
+from bench import appends, fork, restart, small
 from bench.load import have_wrk
 from bench.report import Row, render
 from bench.util import fdatasync_latency, log
@@ -27,6 +27,7 @@ SECTIONS: dict[str, Callable[[Path], list[Row]]] = {
     "fork": fork.run,
     "appends": appends.run,
     "restart": restart.run,
+    "small": small.run,
 }
 
 

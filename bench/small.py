@@ -145,7 +145,7 @@ def start_once(data: Path, log_path: Path, *, fsync: bool = False, kill: bool = 
             wait_for_checkpoints(data)
         stopping = time.perf_counter()
         process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-        _, status, usage = os.wait4(process.pid, 0)
+        _, status, _ = os.wait4(process.pid, 0)
         stop = time.perf_counter() - stopping
         process.returncode = os.waitstatus_to_exitcode(status)
     finally:

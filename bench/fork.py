@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bench import dsh, gen
 from bench.report import Row, skipped
+from bench.small import wait_for_checkpoints
 from bench.util import (
     Client,
     env_int,
@@ -102,11 +103,14 @@ def time_forks(
     return median(copy_times), median(fork_times), median(snap_times), fork_times
 
 
-def ten_forks_row(client: Client, pid: int, sid: str, label: str) -> Row:
-    """The server's resident set before and after ten forks of ``sid`` (kept while measured)."""
+def ten_forks_row(client: Client, pid: int, data: Path, sid: str, label: str) -> Row:
+    """The server's resident set before and after ten forks of ``sid`` (kept while measured), each time once the
+    background checkpoint rounds have caught up (what the forks keep, not what a round uses while it runs)."""
+    wait_for_checkpoints(data)
     before = vm_rss_bytes(pid)
     for k in range(10):
         client.expect(201, "POST", f"/sessions/{sid}/fork", {"sessionId": f"{sid}-ten-{k}"})
+    wait_for_checkpoints(data)
     after = vm_rss_bytes(pid)
     for k in range(10):
         client.expect(204, "DELETE", f"/sessions/{sid}-ten-{k}")
@@ -189,7 +193,7 @@ def run(work: Path) -> list[Row]:
             )
             rows += fork_rows(f"{human_count(n)} events ({human_bytes(size)})", copy_s, fork_s, snap_s, fork_times)
         largest = max(files)
-        rows.append(ten_forks_row(client, server.pid, session_id(largest), f"{human_count(largest)} events"))
+        rows.append(ten_forks_row(client, server.pid, data, session_id(largest), f"{human_count(largest)} events"))
         for n, turns in APPENDED:
             sid = f"bench-fork-appended-{human_count(n).lower()}"
             started = time.perf_counter()

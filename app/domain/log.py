@@ -132,10 +132,12 @@ class LogParts:
 
 @dataclass(frozen=True, slots=True)
 class LogDelta:
-    """What a log held past event ``start`` when :meth:`SessionLog.since` took it: events ``start`` .. ``stop - 1``
-    (``parts``, with the state after them), and its bytes from ``body_from`` to ``body_stop`` as ``body`` pieces.
+    """What a log held past event ``start`` when :meth:`SessionLog.since` took it: events ``start`` .. ``stop - 1``,
+    the rules' state after them, their bytes from ``body_from`` to ``body_stop`` (``body``), and their columns as
+    raw native 64-bit integers (``ends``, ``surface``, ``turn_ends``), each a tuple of pieces.
 
-    Nothing in it changes while the log grows, so another thread may read it.
+    Nothing in it changes while the log grows, so another thread may read it: the pieces of sealed parts are views
+    (no copy), those of the growing part copies.
     """
 
     start: int
@@ -144,7 +146,23 @@ class LogDelta:
     body_from: int
     body_stop: int
     body: tuple[Buffer, ...]
-    parts: LogParts
+    state: LogState
+    ends: tuple[memoryview, ...]
+    surface: tuple[memoryview, ...]
+    turn_ends: tuple[memoryview, ...]
+    checkpoints: tuple[Checkpoint, ...]
+
+    @property
+    def parts(self) -> LogParts:
+        """The same as one :class:`LogParts` (its columns copied into arrays)."""
+        columns = []
+        for pieces in (self.ends, self.surface, self.turn_ends):
+            column: array[int] = array("q")
+            for piece in pieces:
+                column.frombytes(piece)
+            columns.append(column)
+        ends, surface, turn_ends = columns
+        return LogParts(self.state, ends, surface, turn_ends, list(self.checkpoints))
 
 
 class _Part:
@@ -237,11 +255,14 @@ class _Growing(_Part):
         return copy
 
 
-def _raw(column: Sequence[int], start: int) -> memoryview:
-    """A column's items from ``start`` on as raw bytes (a view of an immutable column, a copy of a growing one)."""
-    if isinstance(column, array | memoryview):
-        return memoryview(column[start:]).cast("B")
-    return memoryview(array("q", column[start:])).cast("B")
+def _raw(column: Sequence[int], start: int, *, sealed: bool) -> memoryview:
+    """A column's items from ``start`` on as raw bytes: a view of a sealed part's (it never changes), a copy of the
+    growing part's (a view would keep it from growing)."""
+    if sealed and isinstance(column, array | memoryview):
+        view = column if isinstance(column, memoryview) else memoryview(column)
+        return view[start:].cast("B")
+    copy = column[start:] if isinstance(column, array) else array("q", column[start:])
+    return memoryview(copy).cast("B")
 
 
 def _base_of(part: _Part) -> int:
@@ -494,18 +515,18 @@ class SessionLog:
         body_start = self.offset(start)
         body_from = body_start if body_from is None else body_from
         body_stop = self.byte_size
-        ends: array[int] = array("q")
-        surface: array[int] = array("q")
-        turn_ends: array[int] = array("q")
+        ends: list[memoryview] = []
+        surface: list[memoryview] = []
+        turn_ends: list[memoryview] = []
         checkpoints: list[Checkpoint] = []
         for part in self._parts():
             if part.stop <= start:
                 continue
-            skip = max(start - part.first, 0)
-            ends.frombytes(_raw(part.ends, skip))
-            surface.frombytes(_raw(part.surface, 3 * part.changes_upto(start - 1)))
+            sealed = part is not self._growing
             first_turn = bisect_left(part.turn_ends, start)
-            turn_ends.frombytes(_raw(part.turn_ends, first_turn))
+            ends.append(_raw(part.ends, max(start - part.first, 0), sealed=sealed))
+            surface.append(_raw(part.surface, 3 * part.changes_upto(start - 1), sealed=sealed))
+            turn_ends.append(_raw(part.turn_ends, first_turn, sealed=sealed))
             checkpoints.extend(part.checkpoints[first_turn:])
         return LogDelta(
             start=start,
@@ -514,7 +535,11 @@ class SessionLog:
             body_from=body_from,
             body_stop=body_stop,
             body=tuple(self._pieces(body_from, body_stop)),
-            parts=LogParts(self.state, ends, surface, turn_ends, checkpoints),
+            state=self.state,
+            ends=tuple(ends),
+            surface=tuple(surface),
+            turn_ends=tuple(turn_ends),
+            checkpoints=tuple(checkpoints),
         )
 
     def parts(self) -> LogParts:

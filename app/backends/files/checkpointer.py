@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from app.backends.catalog import Catalog, LiveSession
 from app.backends.files.checkpoints import (
@@ -35,8 +35,9 @@ from app.backends.files.checkpoints import (
     encode_record,
     read_chains,
 )
-from app.backends.files.journal import Journal
-from app.domain.log import LogDelta
+from app.backends.files.fileops import release_free_memory
+from app.backends.files.journal import Journal, Record
+from app.domain.log import Buffer, LogDelta
 from app.domain.session import SessionKey
 
 __all__ = ["Checkpointer"]
@@ -46,13 +47,15 @@ logger = logging.getLogger("forklog.storage")
 # The journal is rewritten once it is larger than this and than REWRITE_GROWTH times its size after the last rewrite.
 REWRITE_MIN_BYTES = 16 * 1024 * 1024
 REWRITE_GROWTH = 3
+# After a round of more events than this, freed memory is handed back to the system at once.
+LARGE_ROUND_EVENTS = 100_000
 
 
 @dataclass(slots=True)
 class _Item:
     live: LiveSession
     delta: LogDelta
-    record: bytes = b""
+    record: list[Buffer] = field(default_factory=list)
 
 
 class Checkpointer:
@@ -153,6 +156,8 @@ class Checkpointer:
             item.record = encode_record(item.live.key, item.live.header.instance, item.delta)
         with self._journal_lock:
             self._journal.append([item.record for item in items])
+        if sum(item.delta.stop - item.delta.start for item in items) > LARGE_ROUND_EVENTS:
+            release_free_memory()  # a large round's encoding is not kept by the allocator for later
 
     def _settle(self, item: _Item) -> None:
         live, delta = item.live, item.delta
@@ -163,7 +168,7 @@ class Checkpointer:
         if len(log) != delta.stop:
             self._dirty.setdefault(live.key, live)  # appended to during the round: the next one takes the rest
         elif delta.start == 0 and delta.body_stop <= COLD_BYTES:
-            frozen = ColdLog.of(decode_record(item.record), log.lines())
+            frozen = ColdLog.of(decode_record(b"".join(item.record)), log.lines())
             if frozen is not None:
                 live.freeze(frozen)
 
@@ -192,7 +197,7 @@ class Checkpointer:
 
     def _rewrite_locked(self, instances: dict[SessionKey, str]) -> dict[SessionKey, int]:
         chains = read_chains(self._journal.read() if not self._journal.broken else [])
-        records: list[bytes | memoryview] = []
+        records: list[Record] = []
         kept: dict[SessionKey, int] = {}
         for key, chain in chains.items():
             if instances.get(key) != chain.instance:

@@ -78,11 +78,11 @@ def block_digests(pieces: Iterable[Buffer], body_from: int, body_stop: int) -> b
     return bytes(digests)
 
 
-def encode_record(key: SessionKey, instance: str, delta: LogDelta, digests: bytes | None = None) -> bytes:
-    """The checkpoint record of what ``delta`` holds (``delta.body_from`` must be a block boundary); ``digests``
-    are its blocks' when they are known already (else they are computed from ``delta.body``)."""
-    parts = delta.parts
-    state = parts.state
+def encode_record(key: SessionKey, instance: str, delta: LogDelta, digests: bytes | None = None) -> list[Buffer]:
+    """The checkpoint record of what ``delta`` holds (``delta.body_from`` must be a block boundary), as pieces (the
+    columns' are views of ``delta``'s: a large log's record is never copied whole); ``digests`` are its blocks' when
+    they are known already (else they are computed from ``delta.body``)."""
+    state = delta.state
     description = orjson.dumps(
         [
             state.last_time,
@@ -93,13 +93,13 @@ def encode_record(key: SessionKey, instance: str, delta: LogDelta, digests: byte
             state.next_turn,
             state.next_step,
             sorted(state.pending),
-            [[point.next_turn, point.next_step, sorted(point.pending)] for point in parts.checkpoints],
+            [[point.next_turn, point.next_step, sorted(point.pending)] for point in delta.checkpoints],
         ]
     )
     tenant, session_id, incarnation = key.tenant.encode(), key.id.encode(), instance.encode()
-    ends = _column(parts.ends)
-    surface = _column(parts.surface)
-    turn_ends = _column(parts.turn_ends)
+    ends = _column(delta.ends)
+    surface = _column(delta.surface)
+    turn_ends = _column(delta.turn_ends)
     if digests is None:
         digests = block_digests(delta.body, delta.body_from, delta.body_stop)
     head = _HEAD.pack(
@@ -111,21 +111,28 @@ def encode_record(key: SessionKey, instance: str, delta: LogDelta, digests: byte
         delta.body_start,
         delta.body_stop,
         len(description),
-        len(parts.ends),
-        len(parts.surface),
-        len(parts.turn_ends),
+        _length(ends) // 8,
+        _length(surface) // 8,
+        _length(turn_ends) // 8,
         delta.body_from // BLOCK_BYTES,
         len(digests) // DIGEST_BYTES,
     )
-    return b"".join((head, tenant, session_id, incarnation, description, ends, surface, turn_ends, digests))
+    return [head, tenant, session_id, incarnation, description, *ends, *surface, *turn_ends, digests]
 
 
-def _column(values: Sequence[int]) -> bytes:
-    column = values if isinstance(values, array) else array("q", values)
-    if sys.byteorder != "little":
-        column = array("q", column)
-        column.byteswap()
-    return column.tobytes()
+def _length(pieces: Sequence[Buffer]) -> int:
+    return sum(len(piece) for piece in pieces)
+
+
+def _column(pieces: tuple[memoryview, ...]) -> Sequence[Buffer]:
+    """A column's pieces as the little-endian bytes a record holds."""
+    if sys.byteorder == "little":
+        return pieces
+    swapped = array("q")
+    for piece in pieces:
+        swapped.frombytes(piece)
+    swapped.byteswap()
+    return (swapped.tobytes(),)
 
 
 def _ints(data: Buffer) -> array[int]:
@@ -352,10 +359,10 @@ class Chain:
         state.nodes = _fold(surface)
         return LogParts(state, ends, surface, turn_ends, checkpoints)
 
-    def merged(self) -> bytes | memoryview:
-        """One record of the whole chain (a journal rewrite keeps one per session)."""
+    def merged(self) -> list[Buffer]:
+        """One record of the whole chain, as pieces (a journal rewrite keeps one per session)."""
         if len(self.records) == 1:
-            return self.last.payload
+            return [self.last.payload]
         parts = self.parts()
         first = self.records[0]
         return encode_merged(first.key, first.instance, parts, self.body_stop, bytes(self.digests))
@@ -374,9 +381,26 @@ def _fold(surface: Sequence[int]) -> list[int]:
     return nodes
 
 
-def encode_merged(key: SessionKey, instance: str, parts: LogParts, body_stop: int, digests: bytes) -> bytes:
+def encode_merged(key: SessionKey, instance: str, parts: LogParts, body_stop: int, digests: bytes) -> list[Buffer]:
     """A record of events 0 .. the end whose block digests are already known."""
-    return encode_record(key, instance, LogDelta(0, parts.state.count, 0, 0, body_stop, (), parts), digests)
+
+    def raw(column: Sequence[int]) -> tuple[memoryview, ...]:
+        return (memoryview(column if isinstance(column, array) else array("q", column)).cast("B"),)
+
+    delta = LogDelta(
+        0,
+        parts.state.count,
+        0,
+        0,
+        body_stop,
+        (),
+        parts.state,
+        raw(parts.ends),
+        raw(parts.surface),
+        raw(parts.turn_ends),
+        tuple(parts.checkpoints),
+    )
+    return encode_record(key, instance, delta, digests)
 
 
 def read_chains(payloads: Iterable[bytes | memoryview]) -> dict[SessionKey, Chain]:

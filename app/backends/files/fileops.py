@@ -98,7 +98,7 @@ class FileOps:
     def write(self, fd: int, data: bytes | memoryview) -> int:
         return os.write(fd, data)
 
-    def write_all(self, fd: int, data: bytes | memoryview) -> None:
+    def write_all(self, fd: int, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         while view:
             written = self.write(fd, view)
@@ -107,7 +107,7 @@ class FileOps:
     def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
         return os.pwrite(fd, data, offset)
 
-    def pwrite_all(self, fd: int, data: bytes | memoryview, offset: int) -> None:
+    def pwrite_all(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
         view = memoryview(data)
         while view:
             written = self.pwrite(fd, view, offset)

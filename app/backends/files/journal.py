@@ -16,20 +16,32 @@ import os
 import struct
 import uuid
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from app.backends.files.fileops import FileOps
 
-__all__ = ["JOURNAL_NAME", "Journal"]
+__all__ = ["JOURNAL_NAME", "Journal", "Record", "framed"]
 
 JOURNAL_NAME = "checkpoints"
 MAGIC = b"forklog checkpoints v1\n"
 _FRAME = struct.Struct("<II")  # length, CRC-32 of the record
 
 
-def frame(records: Iterable[bytes | memoryview]) -> bytes:
-    return b"".join(_FRAME.pack(len(record), zlib.crc32(record)) + record for record in records)
+Record = Sequence[bytes | bytearray | memoryview]  # a record's bytes, in pieces
+
+
+def framed(records: Iterable[Record]) -> list[bytes | bytearray | memoryview]:
+    """The pieces of the framed records: each one's length and CRC-32, then its pieces (nothing is copied)."""
+    pieces: list[bytes | bytearray | memoryview] = []
+    for record in records:
+        length, crc = 0, 0
+        for piece in record:
+            length += len(piece)
+            crc = zlib.crc32(piece, crc)
+        pieces.append(_FRAME.pack(length, crc))
+        pieces.extend(record)
+    return pieces
 
 
 class Journal:
@@ -71,15 +83,17 @@ class Journal:
         self.size = at
         return records
 
-    def append(self, records: list[bytes | memoryview]) -> None:
+    def append(self, records: list[Record]) -> None:
         """Append ``records`` durably; OSError if the disk refused (then the file is cut back where it was, or, if
         even that fails, the next call rewrites it)."""
         ops = self._ops
         if self._fd < 0:
             self._open()
-        data = frame(records)
+        end = self.size
         try:
-            ops.pwrite_all(self._fd, data, self.size)
+            for piece in framed(records):
+                ops.pwrite_all(self._fd, piece, end)
+                end += len(piece)
             if self._sync:
                 ops.fdatasync(self._fd)
         except OSError:
@@ -89,23 +103,26 @@ class Journal:
                 self.close()
                 self.size = -1  # unknown: only a rewrite makes it whole again
             raise
-        self.size += len(data)
+        self.size = end
 
     @property
     def broken(self) -> bool:
         """An append failed and could not be cut back: only :meth:`rewrite` makes the file whole again."""
         return self.size < 0
 
-    def rewrite(self, records: list[bytes | memoryview]) -> None:
+    def rewrite(self, records: list[Record]) -> None:
         """Replace the whole file with ``records``, atomically and durably."""
         ops = self._ops
         folder = self.path.parent
         temporary = folder / f".{JOURNAL_NAME}.{uuid.uuid4().hex[:12]}.tmp"
-        data = MAGIC + frame(records)
+        size = len(MAGIC)
         fd = ops.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
             try:
-                ops.write_all(fd, data)
+                ops.write_all(fd, MAGIC)
+                for piece in framed(records):
+                    ops.write_all(fd, piece)
+                    size += len(piece)
                 if self._sync:
                     ops.fsync(fd)
             finally:
@@ -118,7 +135,7 @@ class Journal:
         self.close()
         if self._sync:
             ops.fsync_dir(folder)
-        self.size = len(data)
+        self.size = size
 
     def _open(self) -> None:
         ops = self._ops

@@ -127,10 +127,12 @@ class Checkpointer:
                 return
             try:
                 await asyncio.to_thread(self._write, items)
-            except OSError as exc:
-                logger.warning("could not write %d checkpoints (they are tried again): %s", len(items), exc.strerror)
-                for item in items:
+            except BaseException as exc:
+                for item in items:  # whatever went wrong, they are tried again next round
                     self._dirty.setdefault(item.live.key, item.live)
+                if not isinstance(exc, OSError):
+                    raise
+                logger.warning("could not write %d checkpoints (they are tried again): %s", len(items), exc.strerror)
                 return
             self.rounds += 1
             for item in items:

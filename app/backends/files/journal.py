@@ -16,7 +16,7 @@ import os
 import struct
 import uuid
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from app.backends.files.fileops import FileOps
@@ -42,6 +42,28 @@ def framed(records: Iterable[Record]) -> list[bytes | bytearray | memoryview]:
         pieces.append(_FRAME.pack(length, crc))
         pieces.extend(record)
     return pieces
+
+
+# Small pieces are gathered into writes of about this size (a round of 100k small records is not 1M system calls).
+WRITE_BYTES = 1 << 20
+
+
+def _coalesced(pieces: Iterable[bytes | bytearray | memoryview]) -> Iterator[bytes | bytearray | memoryview]:
+    """The same bytes in writes of about WRITE_BYTES: small pieces gathered, large ones passed as they are."""
+    gathered = bytearray()
+    for piece in pieces:
+        if len(piece) >= WRITE_BYTES // 4:
+            if gathered:
+                yield gathered
+                gathered = bytearray()
+            yield piece
+            continue
+        gathered += piece
+        if len(gathered) >= WRITE_BYTES:
+            yield gathered
+            gathered = bytearray()
+    if gathered:
+        yield gathered
 
 
 class Journal:
@@ -91,9 +113,9 @@ class Journal:
             self._open()
         end = self.size
         try:
-            for piece in framed(records):
-                ops.pwrite_all(self._fd, piece, end)
-                end += len(piece)
+            for chunk in _coalesced(framed(records)):
+                ops.pwrite_all(self._fd, chunk, end)
+                end += len(chunk)
             if self._sync:
                 ops.fdatasync(self._fd)
         except OSError:
@@ -120,9 +142,9 @@ class Journal:
         try:
             try:
                 ops.write_all(fd, MAGIC)
-                for piece in framed(records):
-                    ops.write_all(fd, piece)
-                    size += len(piece)
+                for chunk in _coalesced(framed(records)):
+                    ops.write_all(fd, chunk)
+                    size += len(chunk)
                 if self._sync:
                     ops.fsync(fd)
             finally:

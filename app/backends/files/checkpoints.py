@@ -44,9 +44,12 @@ DIGEST_BYTES = 16
 # (its record and its lines in one bytes object) until it is used.
 COLD_BYTES = 16 * 1024
 
-# tenant, id and instance lengths; start, stop, body_start, body_stop; lengths of the JSON, the line ends, the surface
-# values, the turn ends; the first block and how many digests follow.
-_HEAD = struct.Struct("<HHHqqqqIIIIII")
+# tenant, id and instance lengths; the width of the columns' numbers (2 or 8 bytes); start, stop, body_start,
+# body_stop; lengths of the JSON, the line ends, the surface values, the turn ends; the first block and how many
+# digests follow.
+_HEAD = struct.Struct("<HHHBqqqqIIIIII")
+# A record of a whole log this small keeps its columns as 16-bit numbers (and a start keeps it as it is, frozen).
+NARROW_BYTES = 1 << 15
 
 
 def _digest(data: Buffer) -> bytes:
@@ -97,23 +100,25 @@ def encode_record(key: SessionKey, instance: str, delta: LogDelta, digests: byte
         ]
     )
     tenant, session_id, incarnation = key.tenant.encode(), key.id.encode(), instance.encode()
-    ends = _column(delta.ends)
-    surface = _column(delta.surface)
-    turn_ends = _column(delta.turn_ends)
+    width = 2 if delta.start == 0 and delta.body_stop < NARROW_BYTES and delta.stop < NARROW_BYTES else 8
+    ends = _column(delta.ends, width)
+    surface = _column(delta.surface, width)
+    turn_ends = _column(delta.turn_ends, width)
     if digests is None:
         digests = block_digests(delta.body, delta.body_from, delta.body_stop)
     head = _HEAD.pack(
         len(tenant),
         len(session_id),
         len(incarnation),
+        width,
         delta.start,
         delta.stop,
         delta.body_start,
         delta.body_stop,
         len(description),
-        _length(ends) // 8,
-        _length(surface) // 8,
-        _length(turn_ends) // 8,
+        _length(ends) // width,
+        _length(surface) // width,
+        _length(turn_ends) // width,
         delta.body_from // BLOCK_BYTES,
         len(digests) // DIGEST_BYTES,
     )
@@ -124,23 +129,25 @@ def _length(pieces: Sequence[Buffer]) -> int:
     return sum(len(piece) for piece in pieces)
 
 
-def _column(pieces: tuple[memoryview, ...]) -> Sequence[Buffer]:
-    """A column's pieces as the little-endian bytes a record holds."""
-    if sys.byteorder == "little":
+def _column(pieces: tuple[memoryview, ...], width: int) -> Sequence[Buffer]:
+    """A column's pieces (native 64-bit numbers) as the little-endian numbers of ``width`` bytes a record holds."""
+    if width == 8 and sys.byteorder == "little":
         return pieces
-    swapped = array("q")
-    for piece in pieces:
-        swapped.frombytes(piece)
-    swapped.byteswap()
-    return (swapped.tobytes(),)
-
-
-def _ints(data: Buffer) -> array[int]:
     column = array("q")
+    for piece in pieces:
+        column.frombytes(piece)
+    narrowed = array("h", column) if width == 2 else column
+    if sys.byteorder != "little":
+        narrowed.byteswap()
+    return (narrowed.tobytes(),)
+
+
+def _ints(data: Buffer, width: int = 8) -> array[int]:
+    column = array("q" if width == 8 else "h")
     column.frombytes(data)
     if sys.byteorder != "little":
         column.byteswap()
-    return column
+    return column if width == 8 else array("q", column)
 
 
 class Record:
@@ -159,6 +166,7 @@ class Record:
         "payload",
         "start",
         "stop",
+        "width",
     )
 
     def __init__(
@@ -174,8 +182,10 @@ class Record:
         payload: bytes | memoryview,
         at: int,
         lengths: tuple[int, int, int, int],
+        width: int = 8,
     ) -> None:
         self.key = key
+        self.width = width  # bytes per number in its columns
         self.instance = instance
         self.start = start
         self.stop = stop
@@ -190,16 +200,24 @@ class Record:
     def columns(self) -> tuple[memoryview, array[int], array[int], array[int]]:
         """Its description (JSON) and its line ends, surface values and turn ends."""
         json_length, ends_length, surface_length, turns_length = self._lengths
-        at = self._at
+        at, width = self._at, self.width
         payload = memoryview(self.payload)
         description = payload[at : at + json_length]
         at += json_length
-        ends = _ints(payload[at : at + 8 * ends_length])
-        at += 8 * ends_length
-        surface = _ints(payload[at : at + 8 * surface_length])
-        at += 8 * surface_length
-        turn_ends = _ints(payload[at : at + 8 * turns_length])
+        ends = _ints(payload[at : at + width * ends_length], width)
+        at += width * ends_length
+        surface = _ints(payload[at : at + width * surface_length], width)
+        at += width * surface_length
+        turn_ends = _ints(payload[at : at + width * turns_length], width)
         return description, ends, surface, turn_ends
+
+    def narrow_columns(self) -> memoryview | None:
+        """Its description and 16-bit columns as they lie in the record (a frozen log keeps them so), or None."""
+        if self.width != 2:
+            return None
+        json_length, ends_length, surface_length, turns_length = self._lengths
+        size = json_length + 2 * (ends_length + surface_length + turns_length)
+        return memoryview(self.payload)[self._at : self._at + size]
 
     def parts(self) -> tuple[LogState, array[int], array[int], array[int], list[Checkpoint]]:
         """The state after its events, and their line ends, surface values, turn ends and checkpoints."""
@@ -248,6 +266,7 @@ def decode_record(payload: bytes | memoryview) -> Record:
         tenant_length,
         id_length,
         instance_length,
+        width,
         start,
         stop,
         body_start,
@@ -266,7 +285,9 @@ def decode_record(payload: bytes | memoryview) -> Record:
     at += id_length
     instance = str(payload[at : at + instance_length], "utf-8")
     at += instance_length
-    columns = json_length + 8 * (ends_length + surface_length + turns_length)
+    if width not in (2, 8):
+        raise ValueError("the checkpoint record's numbers are neither 2 nor 8 bytes wide")
+    columns = json_length + width * (ends_length + surface_length + turns_length)
     digests_at = at + columns
     digests = bytes(payload[digests_at : digests_at + DIGEST_BYTES * digest_count])
     if (
@@ -291,6 +312,7 @@ def decode_record(payload: bytes | memoryview) -> Record:
         payload,
         at,
         (json_length, ends_length, surface_length, turns_length),
+        width,
     )
 
 
@@ -428,16 +450,20 @@ class ColdLog(bytes):
 
     __slots__ = ()
 
-    _HEAD = struct.Struct("<HHHH")  # description length, line ends, surface values, turn ends
+    _HEAD = struct.Struct("<IIII")  # description length, line ends, surface values, turn ends
 
     @classmethod
     def of(cls, record: Record, lines: Buffer) -> ColdLog | None:
         """The frozen form of a whole log's one ``record`` and its ``lines``; None if they are too large for it."""
+        json_length, ends_length, surface_length, turns_length = record._lengths
+        head = cls._HEAD.pack(json_length, ends_length, surface_length, turns_length)
+        narrow = record.narrow_columns()
+        if narrow is not None and sys.byteorder == "little":  # as it lies in the record: nothing to convert
+            return cls(b"".join((head, narrow, lines)))
         description, ends, surface, turn_ends = record.columns()
         try:
-            columns = (array("H", ends), array("h", surface), array("h", turn_ends))
-            head = cls._HEAD.pack(len(description), len(ends), len(surface), len(turn_ends))
-        except (OverflowError, struct.error):
+            columns = (array("h", ends), array("h", surface), array("h", turn_ends))
+        except OverflowError:
             return None
         return cls(b"".join((head, description, *(column.tobytes() for column in columns), lines)))
 
@@ -450,8 +476,8 @@ class ColdLog(bytes):
         description, json_length, ends_length, surface_length, turns_length = self._description()
         at = self._HEAD.size + json_length
         columns = []
-        for typecode, length in (("H", ends_length), ("h", surface_length), ("h", turns_length)):
-            column = array(typecode)
+        for length in (ends_length, surface_length, turns_length):
+            column = array("h")
             column.frombytes(self[at : at + 2 * length])
             columns.append(array("q", column))
             at += 2 * length

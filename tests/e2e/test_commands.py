@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import pty
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -14,7 +17,7 @@ import pytest
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import FileStore
 from tests.e2e.conftest import StartServer
-from tests.e2e.server import run_app
+from tests.e2e.server import REPO, run_app
 
 pytestmark = pytest.mark.e2e
 TURN = len(b.full_turn(1))
@@ -175,3 +178,32 @@ def test_export_of_a_damaged_session_refuses_and_salvage_keeps_what_comes_before
     assert run_app("verify", "--data-dir", str(data_dir)).stdout.endswith(", 0 damaged\n")
     missing = run_app("export", "nobody", "--data-dir", str(data_dir))
     assert missing.returncode == 1 and "there is no session 'nobody'" in missing.stderr
+
+
+def test_verify_shows_a_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    make_sessions(data_dir)
+    piped = run_app("verify", "--data-dir", str(data_dir))
+    assert "verifying" not in piped.stdout + piped.stderr
+    controller, terminal = pty.openpty()
+    with subprocess.Popen(
+        [sys.executable, "-m", "app", "verify", "--data-dir", str(data_dir)],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=terminal,
+    ) as process:
+        os.close(terminal)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the terminal closes with the process
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert process.wait(30) == 0
+    os.close(controller)
+    assert b"verifying" in seen
+    assert b"3 sessions, " in seen

@@ -20,6 +20,7 @@ __all__ = [
     "ROW_TAGS",
     "SESSION_FORMAT_VERSION",
     "MalformedRecord",
+    "canonical_header",
     "decode_line",
     "encode_header",
     "expand_record",
@@ -54,6 +55,59 @@ def header_record(header: SessionHeader) -> dict[str, Any]:
 
 def encode_header(header: SessionHeader) -> bytes:
     return orjson.dumps(header_record(header)) + b"\n"
+
+
+# The header line as forklog writes it, for the common fields: matched, it needs no JSON parse and no check beyond
+# what the pattern says (strings without escapes or control characters, numbers without a sign, a leading zero or
+# more than 15 digits, so safe integers). Anything else (escapes, other fields, another order) takes the exact path.
+_PLAIN = rb'"((?:[^"\\\x00-\x1f])*)"'
+_COUNT = rb"(0|[1-9][0-9]{0,14})"
+_CANONICAL_HEADER = re.compile(
+    rb'\{"type":"session","version":0,"id":"([A-Za-z0-9][A-Za-z0-9._-]{0,127})","createdAt":'
+    + _COUNT
+    + rb'(?:,"cwd":"(/(?:[^"\\\x00-\x1f])*)")?'
+    + rb"(?:,\"parentSession\":"
+    + _PLAIN
+    + rb")?"
+    + rb"(?:,\"seedLength\":"
+    + _COUNT
+    + rb")?"
+    + rb'(?:,"origin":"(subagent)")?'
+    + rb',"delegationDepth":'
+    + _COUNT
+    + rb"(?:,\"agentPreset\":"
+    + _PLAIN
+    + rb")?"
+    + rb',"instance":"([0-9a-f]{32})"\}'
+)
+
+
+def canonical_header(line: bytes, session_id: str) -> SessionHeader | None:
+    """The header of a header line written as forklog writes it (see the pattern above), or None: then the line
+    must be parsed and checked the exact way (:func:`parse_line`, :func:`header_problem`)."""
+    match = _CANONICAL_HEADER.fullmatch(line)
+    if match is None:
+        return None
+    try:
+        found_id, created_at, cwd, parent, seed_length, origin, depth, preset, instance = (
+            group.decode() if group is not None else None for group in match.groups()
+        )
+    except UnicodeDecodeError:
+        return None
+    if found_id != session_id:
+        return None
+    assert created_at is not None and depth is not None and instance is not None
+    return SessionHeader(
+        id=session_id,
+        created_at=int(created_at),
+        instance=instance,
+        cwd=cwd,
+        parent_session=parent,
+        seed_length=int(seed_length) if seed_length is not None else None,
+        origin=origin,
+        delegation_depth=int(depth),
+        agent_preset=preset,
+    )
 
 
 def header_from_record(record: dict[str, Any], session_id: str) -> SessionHeader:

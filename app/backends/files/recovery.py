@@ -25,6 +25,7 @@ from app.backends.catalog import LiveSession
 from app.backends.files.checkpoints import COLD_BYTES, Chain, ColdLog, read_chains
 from app.backends.files.codec import (
     MalformedRecord,
+    canonical_header,
     decode_line,
     expand_record,
     header_from_record,
@@ -89,6 +90,9 @@ def parse_header(data: bytes, session_id: str) -> SessionHeader:
     header_end = data.find(b"\n")
     if header_end < 0:
         raise CorruptLog("empty or header-less session log (no complete header line)")
+    header = canonical_header(data[:header_end], session_id)
+    if header is not None:
+        return header
     try:
         record = parse_line(data[:header_end])
     except (JsonSyntaxError, JsonTooDeep, MalformedRecord) as exc:

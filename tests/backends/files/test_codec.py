@@ -15,8 +15,11 @@ import pytest
 
 from app.backends.files.codec import (
     MalformedRecord,
+    canonical_header,
     decode_line,
+    encode_header,
     expand_record,
+    header_from_record,
     header_problem,
     may_round_trip_lossily,
     parse_line,
@@ -362,3 +365,57 @@ def test_a_null_optional_header_field_is_refused_as_dsh_does(key: str) -> None:
     problem = header_problem(header(**{key: None}), "s1")
     assert problem is not None
     assert key in problem
+
+
+CANONICAL = {
+    "type": "session",
+    "version": 0,
+    "id": "s-1",
+    "createdAt": 1785331618309,
+    "delegationDepth": 0,
+    "instance": "0e3f5b1a9c7d4e2f8a6b0c1d2e3f4a5b",
+}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"cwd": "/work/é"},
+        {"parentSession": "p", "seedLength": 12, "origin": "subagent", "delegationDepth": 2, "agentPreset": ""},
+        {"cwd": "/", "parentSession": "", "seedLength": 0},
+    ],
+)
+def test_a_header_as_forklog_writes_it_is_read_without_the_exact_parser_and_reads_the_same(
+    fields: dict[str, Any],
+) -> None:
+    record: dict[str, Any] = {**CANONICAL, **fields}
+    header = header_from_record(record, "s-1")
+    line = encode_header(header)[:-1]
+    fast = canonical_header(line, "s-1")
+    assert fast == header
+    assert header_problem(parse_line(line), "s-1") is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"type":"session","version":0,"id":"s-1","createdAt":01,"delegationDepth":0,"instance":"' + b"a" * 32 + b'"}',
+        b'{"type":"session","version":0,"id":"s-1","createdAt":1,"cwd":"/a\\"b","delegationDepth":0,"instance":"'
+        + b"a" * 32
+        + b'"}',
+        b'{"type":"session","version":0,"id":"s-1","createdAt":1,"cwd":"rel","delegationDepth":0,"instance":"'
+        + b"a" * 32
+        + b'"}',
+        b'{"type":"session","version":0,"id":"s-2","createdAt":1,"delegationDepth":0,"instance":"' + b"a" * 32 + b'"}',
+        b'{"type":"session","version":0,"id":"s-1","createdAt":9007199254740993,"delegationDepth":0,"instance":"'
+        + b"a" * 32
+        + b'"}',
+        b'{"type":"session","version":0,"id":"s-1","createdAt":1,"delegationDepth":0,"instance":"' + b"A" * 32 + b'"}',
+        b'{"type":"session","version":0,"id":"s-1","createdAt":1,"agentPreset":"\xff","delegationDepth":0,"instance":"'
+        + b"a" * 32
+        + b'"}',
+    ],
+)
+def test_any_other_header_line_takes_the_exact_path(line: bytes) -> None:
+    assert canonical_header(line, "s-1") is None

@@ -45,8 +45,8 @@ def _text(seed: int, length: int) -> str:
 _CHUNK_TEXTS = [_text(i, 40) for i in range(64)]
 
 
-def _chunk_counts(n_events: int) -> tuple[int, list[int]]:
-    turns = max(1, n_events // EVENTS_PER_TURN)
+def _chunk_counts(n_events: int, turns: int | None = None) -> tuple[int, list[int]]:
+    turns = turns if turns is not None else max(1, n_events // EVENTS_PER_TURN)
     budget = n_events - FIXED_PER_TURN * turns
     if budget < 2 * turns:
         raise ValueError(f"{n_events} events are too few for realistic turns")
@@ -55,9 +55,12 @@ def _chunk_counts(n_events: int) -> tuple[int, list[int]]:
     return turns, [base + (1 if i < extra else 0) for i in range(steps)]
 
 
-def iter_events(n_events: int, *, start_time: int = 1_785_331_618_309) -> Iterator[dict[str, Any]]:
-    """``n_events`` events of complete turns, with ``seq`` and ``time``, in forklog's key order."""
-    turns, chunks = _chunk_counts(n_events)
+def iter_events(
+    n_events: int, *, start_time: int = 1_785_331_618_309, turns: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """``n_events`` events of complete turns (``turns`` of them, by default one per ~213 events), with ``seq`` and
+    ``time``, in forklog's key order."""
+    turns, chunks = _chunk_counts(n_events, turns)
     seq = 0
     clock = start_time
 
@@ -128,6 +131,17 @@ def iter_events(n_events: int, *, start_time: int = 1_785_331_618_309) -> Iterat
                 )
             yield event("step/end", {"turn": t, "step": step})
         yield event("turn/end", {"turn": t, "reason": {"kind": "completed"}})
+
+
+def appended_turns(n_events: int, turns: int) -> Iterator[list[dict[str, Any]]]:
+    """The events of ``iter_events(n_events, turns=turns)`` a turn at a time, as a client appends them (no seq, no
+    time)."""
+    turn: list[dict[str, Any]] = []
+    for event in iter_events(n_events, turns=turns):
+        turn.append({key: value for key, value in event.items() if key not in ("seq", "time")})
+        if event["type"] == "turn/end":
+            yield turn
+            turn = []
 
 
 def header_line(session_id: str, created_at: int) -> bytes:

@@ -47,6 +47,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def vm_rss_bytes(pid: int) -> int:
+    """The resident set of process ``pid`` now (VmRSS from /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
 def vm_hwm_bytes(pid: int) -> int:
     """The peak resident set size (VmHWM) of a live process."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

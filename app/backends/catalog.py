@@ -10,57 +10,97 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from app.backends.errors import SessionCorrupt
 from app.domain.log import SessionLog
-from app.domain.session import Session, SessionHeader, SessionKey, head_of
+from app.domain.session import LogHead, Session, SessionHeader, SessionKey, head_of
 
-__all__ = ["Catalog", "LiveSession"]
+__all__ = ["Catalog", "FrozenLog", "LiveSession"]
 
 OrderKey = tuple[int, str]
 
 
+class FrozenLog(Protocol):
+    """A log kept in a backend's compact encoding until it is first needed (many idle sessions cost little)."""
+
+    def thaw(self) -> SessionLog:
+        """The log itself."""
+
+    def head(self) -> LogHead:
+        """Where the log stands, without thawing it."""
+
+
 class LiveSession:
-    """A live session held in memory: its key, its header and its log (the log grows; the rest never changes)."""
+    """A live session held in memory: its key, its header and its log (the log grows; the rest never changes).
 
-    __slots__ = ("header", "key", "log")
+    ``checkpointed`` is the file backend's: how many of the log's events a durable checkpoint covers, or -1 when
+    the session's file does not hold the log's bytes as they are in memory (a DSH log with packed rows): such a
+    session is never checkpointed, and a fork of it is written from memory.
+    """
 
-    def __init__(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> None:
+    __slots__ = ("_log", "checkpointed", "header", "key")
+
+    def __init__(
+        self, key: SessionKey, header: SessionHeader, log: SessionLog | FrozenLog, *, checkpointed: int = 0
+    ) -> None:
         self.key = key
         self.header = header
-        self.log = log
+        self._log = log
+        self.checkpointed = checkpointed
 
     @property
     def id(self) -> str:
         return self.key.id
 
+    @property
+    def log(self) -> SessionLog:
+        """The log (a frozen one is thawed on first use)."""
+        log = self._log
+        if not isinstance(log, SessionLog):
+            log = self._log = log.thaw()
+        return log
+
+    @property
+    def frozen(self) -> bool:
+        return not isinstance(self._log, SessionLog)
+
+    def freeze(self, frozen: FrozenLog) -> None:
+        """Keep the log as ``frozen`` (the same log, encoded) until it is next used."""
+        self._log = frozen
+
     def view(self) -> Session:
-        return Session(self.key, self.header, head_of(self.log.state))
+        log = self._log
+        head = head_of(log.state) if isinstance(log, SessionLog) else log.head()
+        return Session(self.key, self.header, head)
 
     @property
     def order_key(self) -> OrderKey:
         return (self.header.created_at, self.header.id)
 
 
+def _order_of(live: LiveSession) -> OrderKey:
+    return live.order_key
+
+
 @dataclass(slots=True)
 class _Ordered:
-    """Keys in creation order, kept sorted."""
+    """Sessions in creation order, kept sorted (the sessions themselves: no key tuple is kept per session)."""
 
-    keys: list[OrderKey]
+    sessions: list[LiveSession]
 
-    def add(self, key: OrderKey) -> None:
-        insort(self.keys, key)
+    def add(self, live: LiveSession) -> None:
+        insort(self.sessions, live, key=_order_of)
 
-    def remove(self, key: OrderKey) -> None:
-        at = bisect_left(self.keys, key)
-        if at < len(self.keys) and self.keys[at] == key:
-            del self.keys[at]
+    def remove(self, live: LiveSession) -> None:
+        at = bisect_left(self.sessions, live.order_key, key=_order_of)
+        if at < len(self.sessions) and self.sessions[at] is live:
+            del self.sessions[at]
 
-    def after(self, key: OrderKey | None) -> Iterator[OrderKey]:
-        start = 0 if key is None else bisect_right(self.keys, key)
-        for at in range(start, len(self.keys)):
-            yield self.keys[at]
+    def after(self, key: OrderKey | None) -> Iterator[LiveSession]:
+        start = 0 if key is None else bisect_right(self.sessions, key, key=_order_of)
+        for at in range(start, len(self.sessions)):
+            yield self.sessions[at]
 
 
 class Catalog:
@@ -81,6 +121,10 @@ class Catalog:
         """The live session, or None; :class:`SessionCorrupt` for one kept out of service."""
         if key in self._corrupt:
             raise SessionCorrupt(key.id, self._corrupt[key])
+        return self._live.get(key)
+
+    def live(self, key: SessionKey) -> LiveSession | None:
+        """The live session, or None (also for one kept out of service)."""
         return self._live.get(key)
 
     def __iter__(self) -> Iterator[LiveSession]:
@@ -106,7 +150,7 @@ class Catalog:
             self._index(live, sort=False)
             self._max_created_at = max(self._max_created_at, live.header.created_at)
         for ordered in (*self._by_tenant.values(), *self._by_parent.values()):
-            ordered.keys.sort()
+            ordered.sessions.sort(key=_order_of)
 
     def _index(self, live: LiveSession, *, sort: bool) -> None:
         indexes = [self._by_tenant.setdefault(live.key.tenant, _Ordered([]))]
@@ -115,21 +159,21 @@ class Catalog:
             indexes.append(self._by_parent.setdefault((live.key.tenant, parent), _Ordered([])))
         for ordered in indexes:
             if sort:
-                ordered.add(live.order_key)
+                ordered.add(live)
             else:
-                ordered.keys.append(live.order_key)
+                ordered.sessions.append(live)
 
     def remove(self, key: SessionKey) -> None:
         live = self._live.pop(key, None)
         if live is None:
             return
-        self._by_tenant[key.tenant].remove(live.order_key)
+        self._by_tenant[key.tenant].remove(live)
         parent = live.header.parent_session
         if parent is not None:
-            self._by_parent[(key.tenant, parent)].remove(live.order_key)
+            self._by_parent[(key.tenant, parent)].remove(live)
 
     def tenants(self) -> list[str]:
-        return sorted(tenant for tenant, ordered in self._by_tenant.items() if ordered.keys)
+        return sorted(tenant for tenant, ordered in self._by_tenant.items() if ordered.sessions)
 
     def quarantine(self, key: SessionKey, reason: str, *, created_at: int | None = None) -> None:
         """Keep a damaged session out of service; its ``created_at`` (if its header was read) still counts."""
@@ -142,8 +186,8 @@ class Catalog:
         if ordered is None:
             return []
         found: list[LiveSession] = []
-        for _, session_id in ordered.after(after):
+        for live in ordered.after(after):
             if len(found) == limit:
                 break
-            found.append(self._live[SessionKey(tenant, session_id)])
+            found.append(live)
         return found

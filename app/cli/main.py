@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-from app.cli import copy, keys, serve
+from app.cli import copy, export, import_, keys, serve, verify
 
 __all__ = ["COMMANDS", "main"]
 
@@ -27,7 +27,15 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {
-    command.name: command for command in (Command("serve", serve), Command("keys", keys), Command("copy", copy))
+    command.name: command
+    for command in (
+        Command("serve", serve),
+        Command("verify", verify),
+        Command("export", export),
+        Command("import", import_),
+        Command("copy", copy),
+        Command("keys", keys),
+    )
 }
 
 

@@ -8,7 +8,7 @@ own stricter rules (spec 1.4, "Parity with DSH") are added on top.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,17 @@ from app.domain.jsonvalue import (
     strict_equal,
 )
 
-__all__ = ["ENVELOPE_KEYS", "MAX_TYPE_LENGTH", "STORAGE_TAGS", "SURFACE_TYPES", "EventLookup", "LogState", "admit"]
+__all__ = [
+    "ENVELOPE_KEYS",
+    "MAX_TYPE_LENGTH",
+    "NO_PENDING",
+    "STORAGE_TAGS",
+    "SURFACE_TYPES",
+    "EventLookup",
+    "LogState",
+    "admit",
+    "known_type",
+]
 
 SURFACE_TYPES = frozenset({"user/message", "assistant/message", "tool/result"})
 STORAGE_TAGS = frozenset({"session", "text-chunks", "reasoning-chunks", "tool-call-chunks"})
@@ -37,6 +47,8 @@ _STEP_SCOPED = frozenset({"step/end", "assistant/chunk", "assistant/message", "t
 _ADAPTER_KEYS = frozenset({"reasoningEffort", "maxTokens"})
 
 EventLookup = Callable[[int], dict[str, Any]]
+# The pending tool calls of a log with none (most logs, at every turn/end): one object shared by all of them.
+NO_PENDING: frozenset[Any] = frozenset()
 
 
 class _Rejected(Exception):
@@ -48,8 +60,10 @@ class LogState:
     """What the rules need to know about a log so far; it grows by O(1) per event.
 
     ``open_turn`` .. ``pending`` mirror DSH's invariant trace (JavaScript values: ``None`` is ``null``). ``nodes``
-    is the current model-visible surface (seqs in order). Staging a batch works on a copy whose ``nodes`` list is
-    shared until the batch first changes it, so an append without surface events copies nothing big.
+    is the current model-visible surface (seqs in order). A committed state is never changed again: staging a batch
+    works on a copy (:meth:`staged`) that shares ``nodes`` and ``pending`` until the batch first changes them, so an
+    append without surface events or tool calls copies nothing big, and logs without pending calls share one empty
+    set.
     """
 
     count: int = 0
@@ -60,11 +74,12 @@ class LogState:
     open_step: Any = None
     next_turn: Any = 1
     next_step: Any = 1
-    pending: set[Any] = field(default_factory=set)
+    pending: Set[Any] = NO_PENDING
     nodes: list[int] = field(default_factory=list)
     nodes_shared: bool = False
 
     def staged(self) -> LogState:
+        pending = self.pending
         return LogState(
             count=self.count,
             last_time=self.last_time,
@@ -74,7 +89,7 @@ class LogState:
             open_step=self.open_step,
             next_turn=self.next_turn,
             next_step=self.next_step,
-            pending=set(self.pending),
+            pending=pending if type(pending) is frozenset else frozenset(pending),
             nodes=self.nodes,
             nodes_shared=True,
         )
@@ -84,6 +99,18 @@ class LogState:
             self.nodes = list(self.nodes)
             self.nodes_shared = False
         return self.nodes
+
+    def own_pending(self) -> set[Any]:
+        """``pending`` as a set this (staged) state may change."""
+        pending = self.pending
+        if not isinstance(pending, set):
+            pending = self.pending = set(pending)
+        return pending
+
+    def freeze(self) -> None:
+        """Make ``pending`` immutable again once a batch is checked (an empty one is the shared NO_PENDING)."""
+        if type(self.pending) is not frozenset or (not self.pending and self.pending is not NO_PENDING):
+            self.pending = frozenset(self.pending) if self.pending else NO_PENDING
 
 
 def admit(
@@ -115,7 +142,7 @@ def admit(
         raise EventRejected(index, f"{js_str(raw.get('type') if isinstance(raw, dict) else raw)}: {exc}") from None
     state.count += 1
     state.last_time = event["time"]
-    state.last_type = event["type"]
+    state.last_type = known_type(event["type"])
     if event["type"] == "turn/end":
         state.last_turn_end_seq = event["seq"]
     return event
@@ -165,9 +192,15 @@ def _envelope(state: LogState, raw: Any, *, appended: bool, now: int) -> dict[st
     return event
 
 
-# Types already found well-formed; a log repeats a handful of them, so each is checked once.
-_CHECKED_TYPES: set[str] = set()
+# Types already found well-formed; a log repeats a handful of them, so each is checked once (and each log's state
+# refers to one shared string per type instead of its own copy).
+_CHECKED_TYPES: dict[str, str] = {}
 _CHECKED_TYPES_LIMIT = 4096
+
+
+def known_type(kind: str) -> str:
+    """The one shared string equal to ``kind`` when it is a type already seen, else ``kind``."""
+    return _CHECKED_TYPES.get(kind, kind)
 
 
 def _check_type(kind: Any) -> None:
@@ -182,7 +215,7 @@ def _check_type(kind: Any) -> None:
     if kind == "request/header-delta":
         raise _Rejected("request/header-delta is the unsupported legacy format; send a full request/header")
     if len(_CHECKED_TYPES) < _CHECKED_TYPES_LIMIT:
-        _CHECKED_TYPES.add(kind)
+        _CHECKED_TYPES[kind] = kind
 
 
 # -- per-type shapes -----------------------------------------------------------------------------------------------
@@ -431,11 +464,11 @@ def _relations(state: LogState, event: dict[str, Any], op: Replace | str | None)
     elif kind in _STEP_SCOPED or (kind == "tool/result" and op == "append"):
         _require_open_step(state, kind, data)
         if kind == "step/end":
-            state.pending.clear()
+            state.pending = NO_PENDING
             state.open_step = None
             state.next_step += 1
         elif kind == "tool/call":
-            state.pending.add(data["callId"])
+            state.own_pending().add(data["callId"])
         elif kind == "tool/result":
             message = data["message"]
             call_id = message["source"]["callId"]
@@ -444,7 +477,8 @@ def _relations(state: LogState, event: dict[str, Any], op: Replace | str | None)
             not_started = message["content"][0].get("isError") is True and strict_equal(error_code, TOOL_NOT_STARTED)
             if call_id not in state.pending and not not_started:
                 raise _Rejected(f"tool/result for {call_id} with no prior tool/call in this step")
-            state.pending.discard(call_id)
+            if call_id in state.pending:
+                state.own_pending().discard(call_id)
     elif kind == "tool/result":
         if state.open_turn is None:
             raise _Rejected("tool/result surface replacement appended outside any open turn")

@@ -1,17 +1,23 @@
-"""One session's append-only event log, held as the bytes of its JSONL lines.
+"""One session's append-only event log, held as the bytes of its JSONL lines, in parts that forks share.
 
-Each stored event is one line of canonical JSON in a single ``bytearray``; ``ends[i]`` is the offset just past
-event ``i``'s newline. Events are therefore immutable once stored (nobody holds a mutable object of them), reading
-a range is a slice, and a fork copies one contiguous run of bytes plus an array of offsets: its cost is a memcpy of
-the prefix, not a per-event copy of Python objects. The rules' running :class:`LogState`, the surface operations
-and a small checkpoint at every ``turn/end`` let an append cost O(events appended) and a fork at an earlier
-boundary rebuild its state without replaying the log.
+Each stored event is one line of canonical JSON. A log is a run of *parts*; a part holds the bytes of a run of whole
+lines and what the log knows of them: where each line ends (offsets from the log's first byte), the surface changes
+(flat ``seq, start, end`` triples), the ``turn/end`` seqs and a small checkpoint at each. Every part but the last is
+*sealed*: it never changes again, so a fork refers to it instead of copying it, and cuts the one its seed ends in
+short through views (memoryviews: no copy). The last part grows with every commit and is sealed once it holds
+``SEAL_BYTES`` (a new one is started); a fork whose seed ends in it copies what it takes of it, at most about
+``SEAL_BYTES``. So a fork's memory and CPU do not grow with its seed, and the source appends on without ever
+changing what a child shares.
+
+Events are therefore immutable once stored (nobody holds a mutable object of them) and reading a range is a slice.
+The rules' running :class:`LogState`, the surface changes and the checkpoints let an append cost O(events appended)
+and a fork at an earlier boundary rebuild its state without replaying the log.
 """
 
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -19,21 +25,31 @@ from typing import Any, Protocol
 import orjson
 
 from app.domain.errors import ErrorCode, EventRejected, SessionError
-from app.domain.events import LogState, admit
+from app.domain.events import NO_PENDING, LogState, admit
 from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.jsonvalue import dumps
 
 __all__ = [
+    "SEAL_BYTES",
     "Checkpoint",
+    "LogDelta",
     "LogParts",
     "LogTip",
     "SessionLog",
     "StagedEvents",
     "chain",
+    "checkpoint",
     "encode_event",
     "seed_log",
     "stage",
 ]
+
+# The growing part of a log is sealed (made shareable) once it holds this many bytes, or SEAL_EVENTS events.
+SEAL_BYTES = 1 << 20
+SEAL_EVENTS = 1 << 14
+
+# A buffer of bytes: bytes, a bytearray or a memoryview of either.
+Buffer = bytes | bytearray | memoryview
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +59,24 @@ class Checkpoint:
     next_turn: Any
     next_step: Any
     pending: frozenset[Any]
+
+
+# Checkpoints repeat across sessions (every session's first turn ends the same way): each value is kept once.
+_CHECKPOINTS: dict[Checkpoint, Checkpoint] = {}
+_CHECKPOINTS_LIMIT = 1 << 16
+
+
+def checkpoint(next_turn: Any, next_step: Any, pending: frozenset[Any] = NO_PENDING) -> Checkpoint:
+    """The shared :class:`Checkpoint` of these values."""
+    point = Checkpoint(next_turn, next_step, pending if pending else NO_PENDING)
+    try:
+        return _CHECKPOINTS[point]
+    except KeyError:
+        if len(_CHECKPOINTS) < _CHECKPOINTS_LIMIT:
+            _CHECKPOINTS[point] = point
+        return point
+    except TypeError:  # a value that does not hash (never one the rules let through, but keep it unshared)
+        return point
 
 
 @dataclass(slots=True)
@@ -83,39 +117,252 @@ def encode_event(event: dict[str, Any]) -> bytes:
     return dumps(event)
 
 
+@dataclass(frozen=True, slots=True)
+class LogParts:
+    """Events of a log apart from their bytes (what a backend's checkpoint keeps): the rules' state after the last
+    of them, each line's end offset (from the log's first byte), the surface changes as flat ``seq, start, end``
+    triples, the ``turn/end`` seqs and the checkpoint at each (in the same order)."""
+
+    state: LogState
+    ends: Sequence[int]
+    surface: Sequence[int]
+    turn_ends: Sequence[int]
+    checkpoints: Sequence[Checkpoint]
+
+
+@dataclass(frozen=True, slots=True)
+class LogDelta:
+    """What a log held past event ``start`` when :meth:`SessionLog.since` took it: events ``start`` .. ``stop - 1``,
+    the rules' state after them, their bytes from ``body_from`` to ``body_stop`` (``body``), and their columns as
+    raw native 64-bit integers (``ends``, ``surface``, ``turn_ends``), each a tuple of pieces.
+
+    Nothing in it changes while the log grows, so another thread may read it: the pieces of sealed parts are views
+    (no copy), those of the growing part copies.
+    """
+
+    start: int
+    stop: int
+    body_start: int  # the offset of event ``start``'s first byte
+    body_from: int
+    body_stop: int
+    body: tuple[Buffer, ...]
+    state: LogState
+    ends: tuple[memoryview, ...]
+    surface: tuple[memoryview, ...]
+    turn_ends: tuple[memoryview, ...]
+    checkpoints: tuple[Checkpoint, ...]
+
+    @property
+    def parts(self) -> LogParts:
+        """The same as one :class:`LogParts` (its columns copied into arrays)."""
+        columns = []
+        for pieces in (self.ends, self.surface, self.turn_ends):
+            column: array[int] = array("q")
+            for piece in pieces:
+                column.frombytes(piece)
+            columns.append(column)
+        ends, surface, turn_ends = columns
+        return LogParts(self.state, ends, surface, turn_ends, list(self.checkpoints))
+
+
+class _Part:
+    """Events ``first`` .. ``first + len(ends) - 1`` of a log, whose bytes start at offset ``base``."""
+
+    __slots__ = ("base", "body", "checkpoints", "ends", "first", "surface", "turn_ends")
+
+    def __init__(
+        self,
+        first: int,
+        base: int,
+        body: Buffer,
+        ends: Sequence[int],
+        surface: Sequence[int],
+        turn_ends: Sequence[int],
+        checkpoints: Sequence[Checkpoint],
+    ) -> None:
+        self.first = first
+        self.base = base
+        self.body = body
+        self.ends = ends
+        self.surface = surface
+        self.turn_ends = turn_ends
+        self.checkpoints = checkpoints
+
+    @property
+    def stop(self) -> int:
+        """One past the seq of its last event."""
+        return self.first + len(self.ends)
+
+    def start_of(self, seq: int) -> int:
+        at = seq - self.first
+        return self.ends[at - 1] if at > 0 else self.base
+
+    def piece(self, start: int, stop: int) -> Buffer:
+        """Its bytes from log offset ``start`` to ``stop``: a view of a sealed part, a copy of a growing one."""
+        return self.body[start - self.base : stop - self.base]
+
+    def changes_upto(self, last: int) -> int:
+        """How many of its surface changes are of events up to ``last``."""
+        surface = self.surface
+        low, high = 0, len(surface) // 3
+        while low < high:
+            middle = (low + high) // 2
+            if surface[3 * middle] <= last:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+
+class _Growing(_Part):
+    """The part a log appends to: its columns are its own (copied when a fork takes some of them)."""
+
+    __slots__ = ()
+    body: bytes | bytearray  # bytes until the first commit: a log made from bytes copies them only when it grows
+    ends: array[int]
+    surface: array[int]
+    turn_ends: array[int]
+    checkpoints: list[Checkpoint]
+
+    def __init__(self, first: int, base: int, body: bytes | bytearray = b"") -> None:
+        super().__init__(first, base, body, array("q"), array("q"), array("q"), [])
+
+    def sealed(self) -> _Part:
+        """This part as it is, sealed: it is never appended to again (its arrays are handed over, not copied)."""
+        return _Part(
+            self.first,
+            self.base,
+            memoryview(bytes(self.body)),
+            self.ends,
+            self.surface,
+            self.turn_ends,
+            tuple(self.checkpoints),
+        )
+
+    def copy_upto(self, count: int) -> _Growing:
+        """A growing part of its own holding this one's events up to ``count`` (a fork's)."""
+        taken = count - self.first
+        copy = _Growing(self.first, self.base)
+        if taken <= 0:
+            return copy
+        last = count - 1
+        copy.body = bytes(self.body[: self.ends[taken - 1] - self.base])
+        copy.ends = self.ends[:taken]
+        copy.surface = self.surface[: 3 * self.changes_upto(last)]
+        turns = bisect_right(self.turn_ends, last)
+        copy.turn_ends = self.turn_ends[:turns]
+        copy.checkpoints = self.checkpoints[:turns]
+        return copy
+
+
+def _raw(column: Sequence[int], start: int, *, sealed: bool) -> memoryview:
+    """A column's items from ``start`` on as raw bytes: a view of a sealed part's (it never changes), a copy of the
+    growing part's (a view would keep it from growing)."""
+    if sealed and isinstance(column, array | memoryview):
+        view = column if isinstance(column, memoryview) else memoryview(column)
+        return view[start:].cast("B")
+    copy = column[start:] if isinstance(column, array) else array("q", column[start:])
+    return memoryview(copy).cast("B")
+
+
+def _base_of(part: _Part) -> int:
+    return part.base
+
+
+def _view(column: Sequence[int], stop: int) -> Sequence[int]:
+    """The first ``stop`` items of a sealed part's column, without a copy."""
+    if isinstance(column, array):
+        return memoryview(column)[:stop]
+    if isinstance(column, memoryview):
+        return column[:stop]
+    return column[:stop]
+
+
+def _cut_short(part: _Part, count: int) -> _Part:
+    """A sealed ``part`` up to event ``count`` (exclusive), sharing its bytes and columns through views."""
+    taken = count - part.first
+    last = count - 1
+    end = part.ends[taken - 1]
+    body = part.body if isinstance(part.body, memoryview) else memoryview(part.body)
+    turns = bisect_right(part.turn_ends, last)
+    return _Part(
+        part.first,
+        part.base,
+        body[: end - part.base],
+        _view(part.ends, taken),
+        _view(part.surface, 3 * part.changes_upto(last)),
+        _view(part.turn_ends, turns),
+        tuple(part.checkpoints[:turns]),
+    )
+
+
 class SessionLog:
-    __slots__ = ("_body", "_checkpoints", "_ends", "_surface_ops", "_turn_ends", "state")
+    __slots__ = ("_firsts", "_growing", "_sealed", "state")
+
+    # When the growing part is sealed (a subclass may seal sooner, e.g. to test many parts on small logs).
+    seal_bytes = SEAL_BYTES
+    seal_events = SEAL_EVENTS
 
     def __init__(self) -> None:
-        self._body = bytearray()
-        self._ends: array[int] = array("q")
-        self._surface_ops: list[SurfaceChange] = []
-        self._turn_ends: array[int] = array("q")
-        self._checkpoints: dict[int, Checkpoint] = {}
+        self._sealed: tuple[_Part, ...] = ()
+        self._firsts: tuple[int, ...] = ()  # the first seq of each sealed part
+        self._growing = _Growing(0, 0)
         self.state = LogState()
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._ends)
+        growing = self._growing
+        return growing.first + len(growing.ends)
 
     @property
     def byte_size(self) -> int:
-        return len(self._body)
+        growing = self._growing
+        return growing.base + len(growing.body)
 
-    def _start(self, index: int) -> int:
-        return self._ends[index - 1] if index > 0 else 0
+    def _part_of(self, seq: int) -> _Part:
+        growing = self._growing
+        if seq >= growing.first:
+            return growing
+        return self._sealed[bisect_right(self._firsts, seq) - 1]
+
+    def _parts(self) -> Iterator[_Part]:
+        yield from self._sealed
+        yield self._growing
+
+    def offset(self, count: int) -> int:
+        """The offset just past event ``count - 1`` (the bytes of the first ``count`` events)."""
+        if count <= 0:
+            return 0
+        part = self._part_of(count - 1)
+        return part.ends[count - 1 - part.first]
+
+    def _pieces(self, start: int, stop: int) -> Iterator[Buffer]:
+        """The bytes from offset ``start`` to ``stop``, a piece per part they touch (views of sealed parts)."""
+        sealed = self._sealed
+        parts: Sequence[_Part] = sealed
+        if not sealed or start >= self._growing.base:
+            parts = ()
+        elif start > 0:
+            parts = sealed[bisect_right(sealed, start, key=_base_of) - 1 :]
+        for part in (*parts, self._growing):
+            if part.base >= stop:
+                return
+            end = part.ends[-1] if len(part.ends) else part.base
+            if end > start:
+                yield part.piece(max(start, part.base), min(stop, end))
 
     def lines(self, start: int = 0, stop: int | None = None) -> bytes:
         """The JSONL lines of events ``start`` .. ``stop - 1`` (each ends in a newline)."""
         stop = len(self) if stop is None else min(stop, len(self))
         if start >= stop:
             return b""
-        return bytes(self._body[self._start(start) : self._ends[stop - 1]])
+        return b"".join(self._pieces(self.offset(start), self.offset(stop)))
 
-    def body_view(self) -> memoryview:
-        """All stored lines without a copy. Release it before the log grows (a bytearray cannot resize while viewed)."""
-        return memoryview(self._body)
+    def body_pieces(self) -> tuple[memoryview, ...]:
+        """All stored lines, a view per part, without a copy: only while nothing is committed to this log (a log
+        that is not live yet), since a growing bytearray cannot resize while it is viewed."""
+        return tuple(memoryview(part.body) for part in self._parts() if len(part.body))
 
     def json_array(self, start: int = 0, stop: int | None = None) -> bytes:
         """Events ``start`` .. ``stop - 1`` as one JSON array, straight from the stored bytes."""
@@ -130,29 +377,48 @@ class SessionLog:
 
         Only for a log nobody appends to while it is read (a prefix taken for a snapshot's seed).
         """
-        body = memoryview(self._body)
-        try:
+        for part in self._parts():
+            body = part.body
             for position in range(0, len(body), chunk_bytes):
                 yield bytes(body[position : position + chunk_bytes])
-        finally:
-            body.release()
 
     def event(self, seq: int) -> dict[str, Any]:
-        return orjson.loads(self._body[self._start(seq) : self._ends[seq]])  # type: ignore[no-any-return]
+        part = self._part_of(seq)
+        at = seq - part.first
+        start = part.ends[at - 1] if at > 0 else part.base
+        return orjson.loads(part.body[start - part.base : part.ends[at] - part.base])  # type: ignore[no-any-return]
 
     def events(self, start: int = 0, stop: int | None = None) -> list[dict[str, Any]]:
         return orjson.loads(self.json_array(start, stop))  # type: ignore[no-any-return]
 
     def is_turn_end(self, seq: int) -> bool:
-        at = bisect_right(self._turn_ends, seq) - 1
-        return at >= 0 and self._turn_ends[at] == seq
+        if seq < 0 or seq >= len(self):
+            return False
+        turn_ends = self._part_of(seq).turn_ends
+        at = bisect_left(turn_ends, seq)
+        return at < len(turn_ends) and turn_ends[at] == seq
+
+    def _checkpoint_at(self, seq: int) -> Checkpoint:
+        part = self._part_of(seq)
+        return part.checkpoints[bisect_left(part.turn_ends, seq)]
+
+    def _surface_changes(self, last: int) -> list[SurfaceChange]:
+        """The surface changes of events up to ``last``, in order."""
+        changes: list[SurfaceChange] = []
+        for part in self._parts():
+            if part.first > last:
+                break
+            surface = part.surface
+            taken = 3 * part.changes_upto(last)
+            changes.extend(zip(surface[0:taken:3], surface[1:taken:3], surface[2:taken:3], strict=True))
+        return changes
 
     def history(self, at_seq: int | None = None) -> list[Any]:
         """The model history: the surface fold, at the end of the log or just after event ``at_seq``."""
         if at_seq is None or at_seq >= len(self) - 1:
             nodes: Sequence[int] = self.state.nodes
         else:
-            nodes = fold_surface(self._surface_ops[: bisect_right(self._surface_ops, (at_seq, 2**62, 0))])
+            nodes = fold_surface(self._surface_changes(at_seq))
         messages = []
         for seq in nodes:
             message = project_message(self.event(seq))
@@ -177,32 +443,54 @@ class SessionLog:
     def commit(self, staged: StagedEvents) -> None:
         if staged.base_count != len(self):
             raise RuntimeError("a staged batch was committed onto a log that changed since it was staged")
-        offset = len(self._body)
-        self._body += staged.lines
-        self._ends.extend(end + offset for end in staged.ends)
-        self._surface_ops.extend(staged.surface_ops)
-        self._turn_ends.extend(staged.turn_ends)
-        self._checkpoints.update(staged.checkpoints)
+        growing = self._growing
+        offset = growing.base + len(growing.body)
+        if type(growing.body) is bytes:
+            growing.body = bytearray(growing.body)  # the first write to bytes the log was made from copies them
+        growing.body += staged.lines
+        growing.ends.extend([end + offset for end in staged.ends])
+        for change in staged.surface_ops:
+            growing.surface.extend(change)
+        growing.turn_ends.extend(staged.turn_ends)
+        growing.checkpoints.extend([staged.checkpoints[seq] for seq in staged.turn_ends])
         self.state = staged.state
+        if len(growing.body) >= self.seal_bytes or len(growing.ends) >= self.seal_events:
+            self._seal()
+
+    def _seal(self) -> None:
+        growing = self._growing
+        self._sealed = (*self._sealed, growing.sealed())
+        self._firsts = (*self._firsts, growing.first)
+        self._growing = _Growing(growing.first + len(growing.ends), growing.base + len(growing.body))
 
     # -- branching -------------------------------------------------------------------------------------------------
 
     def prefix(self, count: int) -> SessionLog:
-        """A new, independent log holding events ``0 .. count - 1``; ``count`` is 0 or one past a ``turn/end``."""
-        child = SessionLog()
+        """A log of its own holding events ``0 .. count - 1``; ``count`` is 0 or one past a ``turn/end``.
+
+        It shares the sealed parts (and views into the one it ends in) and copies only what it takes of the
+        growing part: later commits to either log never show in the other.
+        """
+        child = type(self)()
         if count == 0:
             return child
         last = count - 1
         if not self.is_turn_end(last):
             raise ValueError("a log prefix must end at a turn/end")
-        child._body = self._body[: self._ends[last]]
-        child._ends = self._ends[:count]
-        op_count = bisect_right(self._surface_ops, (last, 2**62, 0))
-        child._surface_ops = self._surface_ops[:op_count]
-        child._turn_ends = self._turn_ends[: bisect_right(self._turn_ends, last)]
-        child._checkpoints = {seq: self._checkpoints[seq] for seq in child._turn_ends}
-        checkpoint = self._checkpoints[last]
-        nodes = self.state.nodes if count == len(self) else fold_surface(child._surface_ops)
+        growing = self._growing
+        if count > growing.first:
+            child._sealed, child._firsts = self._sealed, self._firsts
+            child._growing = growing.copy_upto(count)
+        else:
+            at = bisect_right(self._firsts, last) - 1
+            part = self._sealed[at]
+            whole = part if count == part.stop else _cut_short(part, count)
+            child._sealed = (*self._sealed[:at], whole)
+            child._firsts = self._firsts[: at + 1]
+            child._growing = _Growing(count, part.ends[count - 1 - part.first])
+        point = self._checkpoint_at(last)
+        # A committed state's nodes never change (staging copies them first), so the whole log's are shared.
+        nodes = self.state.nodes if count == len(self) else fold_surface(self._surface_changes(last))
         child.state = LogState(
             count=count,
             last_time=self.event(last)["time"],
@@ -210,48 +498,89 @@ class SessionLog:
             last_turn_end_seq=last,
             open_turn=None,
             open_step=None,
-            next_turn=checkpoint.next_turn,
-            next_step=checkpoint.next_step,
-            pending=set(checkpoint.pending),
-            nodes=list(nodes),
+            next_turn=point.next_turn,
+            next_step=point.next_step,
+            pending=point.pending,
+            nodes=nodes,
         )
         return child
 
-    # -- the parts a checked log is made of (a backend's index stores them) ----------------------------------------
+    # -- the parts a checked log is made of (a backend's checkpoints keep them) ---------------------------------------
 
-    def parts(self) -> LogParts:
-        """Everything but the events' bytes that makes this log (for an index: see :meth:`from_parts`)."""
-        return LogParts(
+    def since(self, start: int, body_from: int | None = None) -> LogDelta:
+        """Events ``start`` .. the end, and the bytes from ``body_from`` (default: event ``start``'s first byte) to
+        the end, in pieces another thread may read while this log grows: views of sealed parts, copies of the
+        growing one (of what is asked of it only)."""
+        stop = len(self)
+        body_start = self.offset(start)
+        body_from = body_start if body_from is None else body_from
+        body_stop = self.byte_size
+        ends: list[memoryview] = []
+        surface: list[memoryview] = []
+        turn_ends: list[memoryview] = []
+        checkpoints: list[Checkpoint] = []
+        for part in self._parts():
+            if part.stop <= start:
+                continue
+            sealed = part is not self._growing
+            first_turn = bisect_left(part.turn_ends, start)
+            ends.append(_raw(part.ends, max(start - part.first, 0), sealed=sealed))
+            surface.append(_raw(part.surface, 3 * part.changes_upto(start - 1), sealed=sealed))
+            turn_ends.append(_raw(part.turn_ends, first_turn, sealed=sealed))
+            checkpoints.extend(part.checkpoints[first_turn:])
+        return LogDelta(
+            start=start,
+            stop=stop,
+            body_start=body_start,
+            body_from=body_from,
+            body_stop=body_stop,
+            body=tuple(self._pieces(body_from, body_stop)),
             state=self.state,
-            ends=self._ends,
-            surface_changes=self._surface_ops,
-            checkpoints=self._checkpoints,
+            ends=tuple(ends),
+            surface=tuple(surface),
+            turn_ends=tuple(turn_ends),
+            checkpoints=tuple(checkpoints),
         )
 
+    def parts(self) -> LogParts:
+        """Everything but the events' bytes that makes this log (see :meth:`resume`)."""
+        return self.since(0, self.byte_size).parts
+
     @classmethod
-    def from_parts(cls, body: bytearray, parts: LogParts) -> SessionLog:
-        """The log whose events are ``body`` and whose rules stood as ``parts`` says; ValueError if they do not fit."""
+    def resume(cls, body: Buffer, parts: LogParts) -> SessionLog:
+        """The log whose lines are ``body`` and whose rules stood as ``parts`` says (every column whole, from the
+        first event); ValueError if they do not fit. A large body is kept as it is (one sealed part, viewed, not
+        copied); a small one is copied only once the log grows."""
         count = parts.state.count
-        if len(parts.ends) != count or (count and parts.ends[-1] != len(body)) or (not count and body):
+        ends, surface, turn_ends = parts.ends, parts.surface, parts.turn_ends
+        if (
+            len(ends) != count
+            or (count and ends[-1] != len(body))
+            or (not count and len(body))
+            or (count and body[-1] != 0x0A)
+            or (isinstance(body, bytes) and body.count(b"\n") != count)
+            or len(surface) % 3
+            or len(turn_ends) != len(parts.checkpoints)
+            or (len(turn_ends) and not (turn_ends[0] >= 0 and turn_ends[-1] < count))
+            or (len(surface) and not (surface[0] >= 0 and surface[-3] < count))
+            or any(not isinstance(point, Checkpoint) for point in parts.checkpoints)
+        ):
             raise ValueError("the parts do not fit the body")
         log = cls()
-        log._body = body
-        log._ends = parts.ends
-        log._surface_ops = list(parts.surface_changes)
-        log._checkpoints = dict(parts.checkpoints)
-        log._turn_ends = array("q", sorted(log._checkpoints))
+        if len(body) >= cls.seal_bytes:
+            view = body if isinstance(body, memoryview) else memoryview(body)
+            log._sealed = (_Part(0, 0, view, ends, surface, turn_ends, tuple(parts.checkpoints)),)
+            log._firsts = (0,)
+            log._growing = _Growing(count, len(body))
+        else:
+            growing = log._growing
+            growing.body = bytes(body)
+            growing.ends = ends if isinstance(ends, array) else array("q", ends)
+            growing.surface = surface if isinstance(surface, array) else array("q", surface)
+            growing.turn_ends = turn_ends if isinstance(turn_ends, array) else array("q", turn_ends)
+            growing.checkpoints = list(parts.checkpoints)
         log.state = parts.state
         return log
-
-
-@dataclass(frozen=True, slots=True)
-class LogParts:
-    """A log apart from its bytes: the rules' state at its end, line ends, surface changes, turn/end checkpoints."""
-
-    state: LogState
-    ends: array[int]
-    surface_changes: Sequence[SurfaceChange]
-    checkpoints: dict[int, Checkpoint]
 
 
 class LogTip(Protocol):
@@ -321,8 +650,9 @@ def stage(
                 staged.surface_ops.append((seq, -1, -1))
         if kind == "turn/end":
             staged.turn_ends.append(seq)
-            staged.checkpoints[seq] = Checkpoint(state.next_turn, state.next_step, frozenset(state.pending))
+            staged.checkpoints[seq] = checkpoint(state.next_turn, state.next_step, frozenset(state.pending))
     staged.lines = b"".join(chunks)
+    state.freeze()
     return staged
 
 

@@ -37,3 +37,99 @@ def test_the_lines_in_pieces_are_the_whole_lines_and_as_an_array_the_events(chun
     array = asyncio.run(as_array())
     assert array == log.json_array()
     assert orjson.loads(array) == log.events()
+
+
+class SmallPartsLog(SessionLog):
+    """A log that seals its growing part every few hundred bytes, so that small logs have many parts."""
+
+    seal_bytes = 700
+    seal_events = 7
+
+
+def grown(log: SessionLog, events: list[dict[str, object]], per_append: int) -> SessionLog:
+    """``log`` with ``events`` appended ``per_append`` at a time (as a client appends them)."""
+    for start in range(0, len(events), per_append):
+        log.commit(log.stage(events[start : start + per_append], appended=True, now=1_000))
+    return log
+
+
+def observed(log: SessionLog) -> dict[str, object]:
+    """Everything a reader can see of a log."""
+    count = len(log)
+    state = log.state
+    return {
+        "lines": log.lines(),
+        "each": [log.lines(seq, seq + 1) for seq in range(count)],
+        "ranges": [log.lines(start, start + 5) for start in range(0, count, 3)],
+        "events": [log.event(seq) for seq in range(count)],
+        "turn_ends": [seq for seq in range(count) if log.is_turn_end(seq)],
+        "histories": [log.history(seq) for seq in range(count) if log.is_turn_end(seq)],
+        "history": log.history(),
+        "state": (state.count, state.last_time, state.last_type, state.last_turn_end_seq, state.open_turn),
+        "rules": (state.open_step, state.next_turn, state.next_step, set(state.pending), state.nodes),
+        "pieces": b"".join(log.line_chunks(333)),
+        "size": log.byte_size,
+    }
+
+
+SIX_TURNS = turns(6)
+
+
+@pytest.mark.parametrize("per_append", [1, 3, 40])
+def test_a_log_in_many_parts_reads_as_the_same_log_in_one(per_append: int) -> None:
+    whole = grown(SessionLog(), SIX_TURNS, 1000)
+    parted = grown(SmallPartsLog(), SIX_TURNS, per_append)
+    assert len(parted._sealed) >= 2  # the case under test: sealed parts
+    assert observed(parted) == observed(whole)
+    assert b"".join(parted.body_pieces()) == whole.lines()
+
+
+@pytest.mark.parametrize("per_append", [1, 4, 1000])
+def test_every_prefix_of_a_log_in_parts_is_that_prefix_and_grows_on_its_own(per_append: int) -> None:
+    source = grown(SmallPartsLog(), SIX_TURNS, per_append)
+    whole = grown(SessionLog(), SIX_TURNS, 1000)
+    boundaries = [seq + 1 for seq in range(len(source)) if source.is_turn_end(seq)]
+    for count in [0, *boundaries]:
+        child = source.prefix(count)
+        expected = whole.prefix(count)
+        assert observed(child) == observed(expected), count
+        # The child grows on its own, and neither log sees the other's appends.
+        before = source.lines()
+        follow = turns(2, first=child.state.next_turn)
+        grown(child, follow, 3)
+        grown(expected, follow, 1000)
+        assert observed(child) == observed(expected), count
+        assert source.lines() == before
+    grown(source, turns(1, first=7), 2)
+    assert source.lines().startswith(before)
+
+
+def test_a_log_resumed_from_its_parts_is_the_same_log() -> None:
+    for log in (grown(SmallPartsLog(), SIX_TURNS, 2), grown(SessionLog(), SIX_TURNS, 5), SessionLog()):
+        body = log.lines()
+        for resumed in (SessionLog.resume(body, log.parts()), SmallPartsLog.resume(memoryview(body), log.parts())):
+            assert observed(resumed) == observed(log)
+            grown(resumed, turns(1, first=log.state.next_turn), 3)
+            assert resumed.lines().startswith(body)
+
+
+def test_parts_that_do_not_fit_the_body_are_refused() -> None:
+    log = grown(SessionLog(), SIX_TURNS, 100)
+    body = log.lines()
+    with pytest.raises(ValueError):
+        SessionLog.resume(body[:-1], log.parts())
+    with pytest.raises(ValueError):
+        SessionLog.resume(body + body, log.parts())
+
+
+def test_what_a_log_held_past_a_point_is_the_rest_of_it() -> None:
+    log = grown(SmallPartsLog(), SIX_TURNS, 3)
+    whole = log.parts()
+    for start in range(len(log)):
+        delta = log.since(start, body_from=log.offset(start) // 2)
+        assert b"".join(delta.body) == log.lines()[log.offset(start) // 2 :]
+        assert delta.body_start == log.offset(start)
+        assert list(delta.parts.ends) == list(whole.ends)[start:]
+        kept = [index for index in range(0, len(whole.surface), 3) if whole.surface[index] >= start]
+        assert list(delta.parts.surface) == [whole.surface[index + k] for index in kept for k in range(3)]
+        assert list(delta.parts.turn_ends) == [seq for seq in whole.turn_ends if seq >= start]

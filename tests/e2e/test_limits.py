@@ -101,7 +101,11 @@ def test_sigterm_ends_the_process_within_its_grace_during_a_stalled_upload(
 ) -> None:
     data_dir = tmp_path / "data"
     server = start_server(data_dir, "--shutdown-grace", str(GRACE))
-    assert server.post("/sessions", {"id": "kept"}).status_code == 201
+    turn = [
+        {"type": "turn/start", "data": {"turn": 1}},
+        {"type": "turn/end", "data": {"turn": 1, "reason": {"kind": "completed"}}},
+    ]
+    assert server.post("/sessions", {"id": "kept", "seed": turn}).status_code == 201
     with connect(server.port) as stalled, connect(server.port) as idle:
         stalled.sendall(
             b"POST /sessions/kept/events HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
@@ -114,4 +118,4 @@ def test_sigterm_ends_the_process_within_its_grace_during_a_stalled_upload(
         stopped = time.monotonic() - started
     assert status in GRACEFUL_EXITS, server.output()
     assert stopped < GRACE + 3, f"SIGTERM took {stopped:.1f} s with a grace of {GRACE} s"
-    assert (data_dir / "index" / "kept.idx").is_file(), "the clean shutdown did not index the sessions"
+    assert b"kept" in (data_dir / "index" / "checkpoints").read_bytes(), "the clean stop did not checkpoint"

@@ -2,28 +2,33 @@
 
 Every log is also held in this process's memory (reads never touch the disk); every change is written and synced
 before it is acknowledged, and only then made visible in memory. One process owns a data directory at a time.
+While it runs, every session's checked prefix is kept current in the checkpoint journal, in the background
+(:mod:`app.backends.files.checkpointer`), so that a start after a crash checks only what came after it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.backends.base import ChangeListener, CorruptEntry, Readiness, Remember, Remembered, Seed, Tip
+from app.backends.base import ChangeListener, CorruptEntry, Readiness, Remember, Remembered, Seed, SeedPrefix, Tip
 from app.backends.catalog import Catalog, LiveSession
 from app.backends.errors import AlreadyExists, StaleHead, StorageUnavailable
+from app.backends.files.checkpointer import REWRITE_MIN_BYTES, Checkpointer
 from app.backends.files.codec import encode_header
 from app.backends.files.cuts import CUT_SUFFIX, CutRecords
 from app.backends.files.datadir import DataDir
-from app.backends.files.fileops import FileOps
-from app.backends.files.index import write_index
-from app.backends.files.recovery import Recovery, RecoveryReport
+from app.backends.files.fileops import FileOps, release_free_memory
+from app.backends.files.journal import JOURNAL_NAME, Journal
+from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, parse_header
 from app.backends.files.remembered import RememberedJournal, lines_digest
 from app.backends.files.writer import AppendWriter
 from app.backends.memory import live_prefix, log_chunks
@@ -37,11 +42,32 @@ logger = logging.getLogger("forklog.storage")
 # Idempotency records older than this are dropped at a start (the service sweeps them meanwhile): spec 8's 24 hours.
 KEEP_REMEMBERED_MS = 24 * 60 * 60 * 1000
 
+# A fork's source's header line is found within this many bytes of its file (else its lines are written from memory).
+HEADER_PROBE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class _BodyCopy:
+    """Where a fork's lines are copied from: the first ``size`` bytes after the header of ``path``, if its header
+    still names the incarnation ``instance`` of ``source_id``."""
+
+    path: Path
+    source_id: str
+    instance: str
+    size: int
+
+
+# How often the checkpoint journal is brought up to date while the service runs.
+CHECKPOINT_SECONDS = 1.0
+
 
 class FileBackend:
     """Sessions in ``data_dir``; the process holds the directory's lock from construction to :meth:`close`.
 
     ``ops`` is the door to the operating system (tests pass a :class:`FileOps` that injects faults).
+    ``checkpoint_interval`` is how often (seconds) checkpoints are written in the background; None writes them only
+    at a clean shutdown and when :meth:`checkpoint` is called. The checkpoint journal is rewritten once it is three
+    times its size after the last rewrite and larger than ``journal_rewrite_bytes``.
     """
 
     name = "files"
@@ -53,6 +79,8 @@ class FileBackend:
         clock: Callable[[], int],
         sync: bool = True,
         ops: FileOps | None = None,
+        checkpoint_interval: float | None = CHECKPOINT_SECONDS,
+        journal_rewrite_bytes: int = REWRITE_MIN_BYTES,
     ) -> None:
         self.ops = ops if ops is not None else FileOps()
         self._clock = clock
@@ -64,6 +92,10 @@ class FileBackend:
         self._cuts = CutRecords(self.ops, sync=sync)
         self._writer = AppendWriter(self.ops, self._cuts, sync=sync)
         self._corrupt: list[CorruptEntry] = []
+        self.journal = Journal(self.datadir.root / "index" / JOURNAL_NAME, self.ops, sync=sync)
+        self._checkpoint_interval = checkpoint_interval
+        self._journal_rewrite_bytes = journal_rewrite_bytes
+        self._checkpointer: Checkpointer | None = None
         self.recovery = RecoveryReport()  # what the start found (filled by open)
         self._opened = False
         self._closed = False
@@ -75,13 +107,33 @@ class FileBackend:
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
     async def open(self) -> None:
-        report = await asyncio.to_thread(
-            Recovery(self.datadir, self.ops, self._cuts, now=self._clock(), repair=True, sync=self._sync).run
+        recovery = Recovery(
+            self.datadir, self.ops, self._cuts, now=self._clock(), repair=True, sync=self._sync, journal=self.journal
         )
-        self.catalog.load(report.sessions)
+        # Recovery makes many objects that live as long as the process: collecting while it runs only walks them
+        # again and again. After it, they are moved out of the collector's sight (gc.freeze).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            report = await asyncio.to_thread(recovery.run)
+            self.catalog.load(report.sessions)
+        finally:
+            if collecting:
+                gc.enable()
+        gc.freeze()
+        release_free_memory()
         for key, reason, created_at in report.quarantined:
             self.catalog.quarantine(key, reason, created_at=created_at)
         self._corrupt = report.corrupt
+        checkpointer = self._checkpointer = Checkpointer(
+            self.journal,
+            self.catalog,
+            interval=self._checkpoint_interval,
+            rewrite_min_bytes=self._journal_rewrite_bytes,
+        )
+        for live in report.sessions:
+            if live.key in report.checked:
+                checkpointer.touch(live)  # checked now: its next record spares the next start that work
         report.sessions = []  # the catalog holds them now
         self.recovery = report
         await asyncio.to_thread(
@@ -96,6 +148,7 @@ class FileBackend:
             len(report.corrupt),
         )
         self._opened = True
+        checkpointer.start()
 
     def _change_is_there(self, record: Remembered, digest: str | None) -> bool:
         """Whether a record's change was made: its session, that incarnation, holding its events byte for byte."""
@@ -109,26 +162,28 @@ class FileBackend:
         """The stored sessions the last start kept out of service."""
         return list(self._corrupt)
 
+    async def checkpoint(self) -> None:
+        """Write every session's checkpoint now (the background rounds do it every ``checkpoint_interval``)."""
+        if self._checkpointer is not None:
+            await self._checkpointer.checkpoint()
+
+    @property
+    def checkpointer(self) -> Checkpointer | None:
+        return self._checkpointer
+
     async def close(self, *, index: bool = True) -> None:
-        """At a clean shutdown: index the live sessions for a fast next start, then release the directory.
-        ``index=False`` leaves what a crash leaves (the index files of the last clean shutdown)."""
+        """At a clean shutdown: write the last checkpoints, then release the directory. ``index=False`` leaves
+        what a crash leaves (the checkpoints of the last round)."""
         if self._closed:
             return
         self._closed = True
         try:
-            if self._opened and index:
-                await asyncio.to_thread(self._save_indexes)
+            if self._checkpointer is not None:
+                await self._checkpointer.close(flush=index)
         finally:
             self._writer.close()
+            self.journal.close()
             self.datadir.unlock()
-
-    def _save_indexes(self) -> None:
-        for live in self.catalog:
-            try:
-                folder = self.datadir.space(live.key.tenant).index
-                write_index(folder, live.key.id, live.log, ops=self.ops, sync=self._sync)
-            except OSError as exc:  # an index only makes a start faster: without it the next start checks all
-                logger.warning("could not write the index of session %s: %s", live.key.id, exc.strerror)
 
     async def readiness(self) -> Readiness:
         return Readiness(len(self.catalog), list(self._corrupt))
@@ -177,10 +232,15 @@ class FileBackend:
         if self.catalog.get(key) is not None:
             raise AlreadyExists(key.id)
         log = live_prefix(self.catalog, seed)
+        copy_from = None
+        if isinstance(seed, SeedPrefix) and seed.count:
+            source = self.catalog.get(seed.source)
+            if source is not None and source.checkpointed >= 0:  # its file holds the log's bytes: copy them there
+                copy_from = _BodyCopy(self.datadir.log_path(seed.source), seed.source.id, seed.instance, log.byte_size)
         header = self.catalog.new_header(key, instance, lineage)
         records = [remember(Session(key, header, head_of(log.state)))] if remember is not None else []
         self.remembered.check_free(records)
-        return await self._make(key, header, log, [(record, None) for record in records])
+        return await self._make(key, header, log, [(record, None) for record in records], copy_from)
 
     async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
         if self.catalog.get(key) is not None:
@@ -191,21 +251,29 @@ class FileBackend:
         return self.catalog.tenants()
 
     async def _make(
-        self, key: SessionKey, header: SessionHeader, log: SessionLog, records: list[tuple[Remembered, str | None]]
+        self,
+        key: SessionKey,
+        header: SessionHeader,
+        log: SessionLog,
+        records: list[tuple[Remembered, str | None]],
+        copy_from: _BodyCopy | None = None,
     ) -> Session:
         placed = await self._write_records(records)
-        body = log.body_view()  # the new session is not live yet: nothing appends while it is written
+        body = log.body_pieces()  # the new session is not live yet: nothing appends while it is written
         try:
-            await asyncio.to_thread(self._create_file, key, header, body)
+            await asyncio.to_thread(self._create_file, key, header, body, copy_from)
         except FileExistsError:
             raise AlreadyExists(key.id) from None
         except OSError as exc:
             raise StorageUnavailable(f"the disk refused to create session {key.id!r}: {exc.strerror}") from exc
         finally:
-            body.release()
+            for piece in body:
+                piece.release()
         live = LiveSession(key, header, log)
         self.catalog.add(live)
         self.remembered.keep(placed)
+        if self._checkpointer is not None:
+            self._checkpointer.touch(live)
         return live.view()
 
     async def _write_records(self, records: list[tuple[Remembered, str | None]]) -> list[Any]:
@@ -217,21 +285,18 @@ class FileBackend:
         except OSError as exc:
             raise StorageUnavailable(f"the disk refused to keep an idempotency key: {exc.strerror}") from exc
 
-    def _create_file(self, key: SessionKey, header: SessionHeader, lines: bytes | memoryview) -> None:
-        """Write header + lines to a temp file, sync it, link it in place (never overwriting), sync the folder."""
+    def _create_file(
+        self, key: SessionKey, header: SessionHeader, lines: Sequence[memoryview], copy_from: _BodyCopy | None
+    ) -> None:
+        """Write header + lines to a temp file, sync it, link it in place (never overwriting), sync the folder.
+
+        A fork's lines are copied from its source's file in the kernel (``copy_from``) when that file still is the
+        source's incarnation; else, or if the copy fails, they are written from memory."""
         ops = self.ops
         final = self.datadir.log_path(key)
         self._writer.forget(final)
-        tmp = self.datadir.tmp / f"{key.id}.{uuid.uuid4().hex[:12]}.tmp"
-        fd = ops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        tmp = self._write_temp(key, header, lines, copy_from)
         try:
-            try:
-                ops.write_all(fd, encode_header(header))
-                ops.write_all(fd, lines)
-                if self._sync:
-                    ops.fsync(fd)
-            finally:
-                ops.close(fd)
             ops.link(tmp, final)
             if self._sync:
                 try:
@@ -244,6 +309,79 @@ class FileBackend:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 ops.unlink(tmp)
+
+    def _write_temp(
+        self, key: SessionKey, header: SessionHeader, lines: Sequence[memoryview], copy_from: _BodyCopy | None
+    ) -> Path:
+        """A synced temp file holding header + lines (copied from the fork's source if it can be, else written)."""
+        if copy_from is not None:
+            copied = self._temp_file(key, header, lambda fd: self._copy_body(fd, copy_from))
+            if copied is not None:
+                return copied
+
+        def write(fd: int) -> bool:
+            for piece in lines:
+                self.ops.write_all(fd, piece)
+            return True
+
+        written = self._temp_file(key, header, write)
+        assert written is not None
+        return written
+
+    def _temp_file(self, key: SessionKey, header: SessionHeader, write_lines: Callable[[int], bool]) -> Path | None:
+        """A synced temp file of ``header`` and what ``write_lines(fd)`` writes; None (and no file) if it says it
+        could not."""
+        ops = self.ops
+        tmp = self.datadir.tmp / f"{key.id}.{uuid.uuid4().hex[:12]}.tmp"
+        fd = ops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            try:
+                ops.write_all(fd, encode_header(header))
+                whole = write_lines(fd)
+                if whole and self._sync:
+                    ops.fsync(fd)
+            finally:
+                ops.close(fd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                ops.unlink(tmp)
+            raise
+        if not whole:
+            with contextlib.suppress(FileNotFoundError):
+                ops.unlink(tmp)
+            return None
+        return tmp
+
+    def _copy_body(self, target: int, copy: _BodyCopy) -> bool:
+        """Copy ``copy.size`` bytes of the source's lines into ``target``; False (nothing to trust in ``target``)
+        when the source's file is gone, is another incarnation, or the system cannot copy."""
+        ops = self.ops
+        try:
+            source = ops.open(copy.path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            head = ops.pread(source, HEADER_PROBE_BYTES, 0)
+            end = head.find(b"\n")
+            if end < 0:
+                return False
+            try:
+                if parse_header(head[: end + 1], copy.source_id).instance != copy.instance:
+                    return False
+            except CorruptLog:
+                return False
+            offset, remaining = end + 1, copy.size
+            while remaining:
+                copied = ops.copy_file_range(source, target, remaining, offset)
+                if copied <= 0:
+                    return False  # the source's file is shorter than its log: write the lines from memory
+                offset += copied
+                remaining -= copied
+        except OSError:
+            return False
+        finally:
+            ops.close(source)
+        return True
 
     # -- append ----------------------------------------------------------------------------------------------------
 
@@ -264,6 +402,8 @@ class FileBackend:
         )
         live.log.commit(staged)
         self.remembered.keep(placed)
+        if self._checkpointer is not None:
+            self._checkpointer.touch(live)
 
     # -- delete ----------------------------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ that expands to the exact ``assistant/chunk`` events DSH would see.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -19,6 +20,7 @@ __all__ = [
     "ROW_TAGS",
     "SESSION_FORMAT_VERSION",
     "MalformedRecord",
+    "canonical_header",
     "decode_line",
     "encode_header",
     "expand_record",
@@ -55,6 +57,59 @@ def encode_header(header: SessionHeader) -> bytes:
     return orjson.dumps(header_record(header)) + b"\n"
 
 
+# The header line as forklog writes it, for the common fields: matched, it needs no JSON parse and no check beyond
+# what the pattern says (strings without escapes or control characters, numbers without a sign, a leading zero or
+# more than 15 digits, so safe integers). Anything else (escapes, other fields, another order) takes the exact path.
+_PLAIN = rb'"((?:[^"\\\x00-\x1f])*)"'
+_COUNT = rb"(0|[1-9][0-9]{0,14})"
+_CANONICAL_HEADER = re.compile(
+    rb'\{"type":"session","version":0,"id":"([A-Za-z0-9][A-Za-z0-9._-]{0,127})","createdAt":'
+    + _COUNT
+    + rb'(?:,"cwd":"(/(?:[^"\\\x00-\x1f])*)")?'
+    + rb"(?:,\"parentSession\":"
+    + _PLAIN
+    + rb")?"
+    + rb"(?:,\"seedLength\":"
+    + _COUNT
+    + rb")?"
+    + rb'(?:,"origin":"(subagent)")?'
+    + rb',"delegationDepth":'
+    + _COUNT
+    + rb"(?:,\"agentPreset\":"
+    + _PLAIN
+    + rb")?"
+    + rb',"instance":"([0-9a-f]{32})"\}'
+)
+
+
+def canonical_header(line: bytes, session_id: str) -> SessionHeader | None:
+    """The header of a header line written as forklog writes it (see the pattern above), or None: then the line
+    must be parsed and checked the exact way (:func:`parse_line`, :func:`header_problem`)."""
+    match = _CANONICAL_HEADER.fullmatch(line)
+    if match is None:
+        return None
+    try:
+        found_id, created_at, cwd, parent, seed_length, origin, depth, preset, instance = (
+            group.decode() if group is not None else None for group in match.groups()
+        )
+    except UnicodeDecodeError:
+        return None
+    if found_id != session_id:
+        return None
+    assert created_at is not None and depth is not None and instance is not None
+    return SessionHeader(
+        id=session_id,
+        created_at=int(created_at),
+        instance=instance,
+        cwd=cwd,
+        parent_session=parent,
+        seed_length=int(seed_length) if seed_length is not None else None,
+        origin=origin,
+        delegation_depth=int(depth),
+        agent_preset=preset,
+    )
+
+
 def header_from_record(record: dict[str, Any], session_id: str) -> SessionHeader:
     """The header a checked record (see :func:`header_problem`) holds; a log without an instance gets its stable
     derived one."""
@@ -74,14 +129,30 @@ def header_from_record(record: dict[str, Any], session_id: str) -> SessionHeader
 
 
 # What a canonical line may hold that orjson would read lossily yet write back unchanged: -0.0, an integer past
-# 2**53 (or a float written with 16+ digits), a number with an exponent. Digits are folded to "0" first so that
-# plain substring searches find them.
-_FOLD_DIGITS = bytes.maketrans(b"123456789E", b"000000000e")
+# 2**53 (or a float written with 16+ digits), a number with an exponent. Each of them is a number token, and in
+# canonical JSON (no whitespace) a number token starts a document or follows ":", "," or "[": never a letter or a
+# quote. So the text is mapped to its shape (number characters to "0", an exponent letter to "e", those three
+# delimiters to "D", anything else to "x") and only number tokens are looked at: a hex digest or a uuid inside a
+# string ("...0e4f...") is no longer taken for an exponent. The check stays exact (it never misses a lossy number);
+# it may still flag a string that holds ":1e5", which only costs the slower exact parse.
+_SHAPE = bytes.maketrans(
+    bytes(range(256)),
+    bytes(
+        ord("0") if char in b"0123456789.-" else ord("e") if char in b"eE" else ord("D") if char in b":,[" else ord("x")
+        for char in range(256)
+    ),
+)
+_LOSSY_TOKEN = re.compile(rb"D0(?:0*e|0{15})")  # an exponent, or 16+ number characters
+_LOSSY_FIRST_TOKEN = re.compile(rb"0(?:0*e|0{15})")
+_NEGATIVE_ZERO = re.compile(rb"(?:\A|[:,\[])-0\.0")
 
 
-def may_round_trip_lossily(line: bytes) -> bool:
-    folded = line.translate(_FOLD_DIGITS)
-    return b"0000000000000000" in folded or b"0e" in folded or b"-0.0" in line
+def may_round_trip_lossily(text: bytes) -> bool:
+    """Whether canonical JSON ``text`` may hold a number orjson reads lossily (see above); never a false no."""
+    shape = text.translate(_SHAPE)
+    if _LOSSY_TOKEN.search(shape) is not None or _LOSSY_FIRST_TOKEN.match(shape) is not None:
+        return True
+    return b"-0.0" in text and _NEGATIVE_ZERO.search(text) is not None
 
 
 def loads_stored(line: bytes) -> tuple[Any, list[Break]]:

@@ -46,16 +46,25 @@ class Space:
 
 
 class DataDir:
-    """The folders of one data directory; :meth:`lock` takes it for this process."""
+    """The folders of one data directory; :meth:`lock` takes it for this process.
 
-    def __init__(self, root: Path | str, ops: FileOps, *, sync: bool) -> None:
+    With ``create=False`` (a tool that only reads, as ``verify``) nothing is made: a missing folder is only missing.
+    """
+
+    def __init__(self, root: Path | str, ops: FileOps, *, sync: bool, create: bool = True) -> None:
         self.root = Path(root).absolute()
         self.tmp = self.root / "tmp"
         self.tenants = self.root / "tenants"
         self._ops = ops
         self._sync = sync
+        self._create = create
         self._spaces: dict[str, Space] = {}
         self._lock_fd = -1
+        if not create:
+            for folder in (self.root, self.root / "sessions", self.tmp, self.root / "index", self.tenants):
+                if ops.kind(folder) != FileKind.MISSING:
+                    self._ensure_folder(folder)
+            return
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
@@ -103,8 +112,9 @@ class DataDir:
             base = self.tenants / check_id(tenant, "tenant")
             space = Space(tenant, base / "sessions", base / "index")
             for folder in (self.tenants, base, space.sessions, space.index):
-                self._ensure_folder(folder)
-            if self._sync:
+                if self._create or self._ops.kind(folder) != FileKind.MISSING:
+                    self._ensure_folder(folder)
+            if self._sync and self._create:
                 for folder in (self.root, self.tenants, base):
                     self._ops.fsync_dir(folder)
         self._spaces[tenant] = space

@@ -9,6 +9,7 @@ outside it is read or written through one.
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import os
 import platform
@@ -19,7 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["FileKind", "FileOps", "kind_of"]
+__all__ = ["FileKind", "FileOps", "kind_of", "release_free_memory"]
 
 StrPath = str | Path
 
@@ -47,6 +48,17 @@ def kind_of(mode: int) -> str:
     return FileKind.OTHER
 
 
+def _entry_kind(entry: os.DirEntry[str]) -> str:
+    """What a folder entry is, from the folder listing itself where the file system says (no stat per entry)."""
+    if entry.is_symlink():
+        return FileKind.SYMLINK
+    if entry.is_file(follow_symlinks=False):
+        return FileKind.REGULAR
+    if entry.is_dir(follow_symlinks=False):
+        return FileKind.DIRECTORY
+    return FileKind.OTHER
+
+
 def _load_syncfs() -> Callable[[int], int] | None:
     """syncfs(2), where it reports write errors (Linux 5.8 and later); None elsewhere."""
     release = re.match(r"(\d+)\.(\d+)", platform.release())
@@ -57,6 +69,18 @@ def _load_syncfs() -> Callable[[int], int] | None:
 
 
 _SYNCFS = _load_syncfs()
+
+
+def release_free_memory() -> None:
+    """Give the memory a start used only while it ran (the journal, each file's parse) back to the system: glibc's
+    malloc keeps freed memory for reuse otherwise (malloc_trim; nothing elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return
+    trim(0)
 
 
 class FileOps:
@@ -74,14 +98,21 @@ class FileOps:
     def write(self, fd: int, data: bytes | memoryview) -> int:
         return os.write(fd, data)
 
-    def write_all(self, fd: int, data: bytes | memoryview) -> None:
+    def write_all(self, fd: int, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         while view:
             written = self.write(fd, view)
             view = view[written:]
 
-    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
         return os.pwrite(fd, data, offset)
+
+    def pwrite_all(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+        view = memoryview(data)
+        while view:
+            written = self.pwrite(fd, view, offset)
+            view = view[written:]
+            offset += written
 
     def pread(self, fd: int, size: int, offset: int) -> bytes:
         return os.pread(fd, size, offset)
@@ -97,6 +128,15 @@ class FileOps:
                 return b"".join(chunks)
             chunks.append(chunk)
             offset += len(chunk)
+
+    def copy_file_range(self, source: int, target: int, count: int, offset: int) -> int:
+        """Copy up to ``count`` bytes of ``source`` from ``offset`` to ``target``'s position, in the kernel (a
+        reflink where the file system has one); how many were copied. OSError where the system cannot."""
+        copy = getattr(os, "copy_file_range", None)
+        if copy is None:
+            raise OSError(errno.ENOSYS, "copy_file_range is not available")
+        copied: int = copy(source, target, count, offset)
+        return copied
 
     def fstat(self, fd: int) -> os.stat_result:
         return os.fstat(fd)
@@ -143,7 +183,7 @@ class FileOps:
     def scandir(self, path: StrPath) -> list[tuple[str, str]]:
         """The entries of a folder as (name, kind), sorted by name; links are reported, not followed."""
         with os.scandir(path) as entries:
-            found = [(entry.name, kind_of(entry.stat(follow_symlinks=False).st_mode)) for entry in entries]
+            found = [(entry.name, _entry_kind(entry)) for entry in entries]
         return sorted(found)
 
     def link(self, source: StrPath, target: StrPath) -> None:

@@ -56,7 +56,10 @@ class Rows:
     @classmethod
     def of_log(cls, log: SessionLog) -> Rows:
         parts = log.parts()
-        return cls.of(0, log.lines(), parts.surface_changes, parts.checkpoints, lambda seq: log.event(seq)["time"])
+        flat = parts.surface
+        surface = [(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
+        checkpoints = dict(zip(parts.turn_ends, parts.checkpoints, strict=True))
+        return cls.of(0, log.lines(), surface, checkpoints, lambda seq: log.event(seq)["time"])
 
     def take_events(self) -> tuple[list[int], list[str]]:
         """The event columns, leaving none here (they are copied in separately)."""

@@ -27,8 +27,19 @@ REPO = Path(__file__).resolve().parents[3]
 class FileStore:
     """The service over a file backend, called as the file tests call it (the default tenant)."""
 
-    def __init__(self, path: Path, ops: FileOps | None = None, *, sync: bool = True) -> None:
-        self.backend = FileBackend(path, clock=wall_clock_ms, ops=ops, sync=sync)
+    def __init__(
+        self,
+        path: Path,
+        ops: FileOps | None = None,
+        *,
+        sync: bool = True,
+        checkpoint_interval: float | None = None,
+        **options: Any,
+    ) -> None:
+        # No background checkpoints unless asked: a test writes them when it means to (close, checkpoint()).
+        self.backend = FileBackend(
+            path, clock=wall_clock_ms, ops=ops, sync=sync, checkpoint_interval=checkpoint_interval, **options
+        )
         self.service = SessionService(self.backend)
 
     @staticmethod
@@ -79,8 +90,11 @@ class FileStore:
     async def close(self) -> None:
         await self.service.stop()
 
+    async def checkpoint(self) -> None:
+        await self.backend.checkpoint()
+
     async def crash(self) -> None:
-        """Let go of the directory as a killed process would: no clean shutdown, no index files written."""
+        """Let go of the directory as a killed process would: no clean shutdown, no last checkpoints written."""
         self.service.lifecycle = type(self.service.lifecycle).STOPPED
         await self.backend.close(index=False)
 

@@ -10,9 +10,20 @@ import copy
 import json
 from typing import Any
 
+import orjson
 import pytest
 
-from app.backends.files.codec import MalformedRecord, decode_line, expand_record, header_problem, parse_line
+from app.backends.files.codec import (
+    MalformedRecord,
+    canonical_header,
+    decode_line,
+    encode_header,
+    expand_record,
+    header_from_record,
+    header_problem,
+    may_round_trip_lossily,
+    parse_line,
+)
 from app.domain.jsonvalue import JsonSyntaxError
 
 TEXT_ROW: dict[str, Any] = {
@@ -219,6 +230,37 @@ def test_a_line_that_breaks_lossless_json_is_malformed() -> None:
         decode_line(b'{"type":"x","type":"y","seq":0,"time":1,"data":null}')
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"seq":1,"time":1e20}',
+        b'{"n":[1,2.5E-7]}',
+        b"1e5",
+        b'{"n":12345678901234567}',
+        b'{"n":[-9007199254740993]}',
+        b"12345678901234567",
+        b'{"n":-0.0}',
+        b"-0.0",
+        b'{"a":[1,-0.0]}',
+    ],
+)
+def test_every_number_orjson_may_read_lossily_is_flagged(text: bytes) -> None:
+    assert may_round_trip_lossily(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        orjson.dumps({"id": "demo", "instance": "0e3f5b1a9c7d4e2f8a6b0c1d2e3f4a5b"}),
+        orjson.dumps({"data": {"sha": "3e5a0e1d" * 8, "digits": "12345678901234567890", "neg": "x-0.0"}}),
+        b'{"seq":900719925474099,"time":1700000000000,"x":-0.5,"y":1.25}',
+    ],
+)
+def test_hex_and_digits_inside_strings_and_safe_numbers_are_not_flagged(text: bytes) -> None:
+    assert not may_round_trip_lossily(text)
+    assert parse_line(text) == orjson.loads(text)
+
+
 def test_a_line_that_is_not_json_is_a_syntax_error() -> None:
     with pytest.raises(JsonSyntaxError):
         decode_line(b'{"type":"x",')
@@ -323,3 +365,57 @@ def test_a_null_optional_header_field_is_refused_as_dsh_does(key: str) -> None:
     problem = header_problem(header(**{key: None}), "s1")
     assert problem is not None
     assert key in problem
+
+
+CANONICAL = {
+    "type": "session",
+    "version": 0,
+    "id": "s-1",
+    "createdAt": 1785331618309,
+    "delegationDepth": 0,
+    "instance": "0e3f5b1a9c7d4e2f8a6b0c1d2e3f4a5b",
+}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"cwd": "/work/é"},
+        {"parentSession": "p", "seedLength": 12, "origin": "subagent", "delegationDepth": 2, "agentPreset": ""},
+        {"cwd": "/", "parentSession": "", "seedLength": 0},
+    ],
+)
+def test_a_header_as_forklog_writes_it_is_read_without_the_exact_parser_and_reads_the_same(
+    fields: dict[str, Any],
+) -> None:
+    record: dict[str, Any] = {**CANONICAL, **fields}
+    header = header_from_record(record, "s-1")
+    line = encode_header(header)[:-1]
+    fast = canonical_header(line, "s-1")
+    assert fast == header
+    assert header_problem(parse_line(line), "s-1") is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"type":"session","version":0,"id":"s-1","createdAt":01,"delegationDepth":0,"instance":"' + b"a" * 32 + b'"}',
+        b'{"type":"session","version":0,"id":"s-1","createdAt":1,"cwd":"/a\\"b","delegationDepth":0,"instance":"'
+        + b"a" * 32
+        + b'"}',
+        b'{"type":"session","version":0,"id":"s-1","createdAt":1,"cwd":"rel","delegationDepth":0,"instance":"'
+        + b"a" * 32
+        + b'"}',
+        b'{"type":"session","version":0,"id":"s-2","createdAt":1,"delegationDepth":0,"instance":"' + b"a" * 32 + b'"}',
+        b'{"type":"session","version":0,"id":"s-1","createdAt":9007199254740993,"delegationDepth":0,"instance":"'
+        + b"a" * 32
+        + b'"}',
+        b'{"type":"session","version":0,"id":"s-1","createdAt":1,"delegationDepth":0,"instance":"' + b"A" * 32 + b'"}',
+        b'{"type":"session","version":0,"id":"s-1","createdAt":1,"agentPreset":"\xff","delegationDepth":0,"instance":"'
+        + b"a" * 32
+        + b'"}',
+    ],
+)
+def test_any_other_header_line_takes_the_exact_path(line: bytes) -> None:
+    assert canonical_header(line, "s-1") is None

@@ -133,8 +133,7 @@ def test_links_inside_tmp_and_index_are_removed_and_their_targets_kept(
     lines = asyncio.run(first_life())
     (data_dir / "tmp" / "leftover").symlink_to(canary, target_is_directory=True)
     (data_dir / "tmp" / "leftover.tmp").symlink_to(canary / "secret.jsonl")
-    (data_dir / "index" / "s.idx").unlink()
-    (data_dir / "index" / "s.idx").symlink_to(canary / "secret.jsonl")
+    (data_dir / "index" / "s.cut").symlink_to(canary / "secret.jsonl")
     (data_dir / "index" / "other.idx").symlink_to(canary / "inner", target_is_directory=True)
     before = fingerprint(canary)
 
@@ -146,5 +145,5 @@ def test_links_inside_tmp_and_index_are_removed_and_their_targets_kept(
 
     asyncio.run(second_life())
     assert fingerprint(canary) == before
-    for leftover in ("tmp/leftover", "tmp/leftover.tmp", "index/other.idx"):
+    for leftover in ("tmp/leftover", "tmp/leftover.tmp", "index/other.idx", "index/s.cut"):
         assert not os.path.lexists(data_dir / leftover)

@@ -15,12 +15,14 @@ __all__ = ["router"]
 router = new_router()
 
 
-@router.get("/healthz", summary="Liveness: always ok while the process serves", **operation(Health))
+@router.get(
+    "/healthz", summary="Liveness: always ok while the process serves", **operation(Health, public=True, store=False)
+)
 async def healthz(request: Request) -> Response:
     return json_response(b'{"status":"ok"}')
 
 
-@router.get("/readyz", summary="Readiness", **operation(Ready, problems=(503,)))
+@router.get("/readyz", summary="Readiness", **operation(Ready, public=True))
 async def readyz(request: Request) -> Response:
     readiness = await service_of(request).readiness()
     corrupt = [{"id": item.id, "path": item.path, "reason": item.reason} for item in readiness.corrupt]

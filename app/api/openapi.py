@@ -35,10 +35,8 @@ from app.api.schemas import (
 from app.domain.errors import ErrorCode
 
 __all__ = [
-    "BEARER",
     "SESSION_ID",
     "build_document",
-    "declared_problems",
     "operation",
 ]
 
@@ -57,10 +55,11 @@ def _at(*codes: ErrorCode) -> tuple[Answerable, ...]:
     return tuple((PROBLEMS[code].status, code) for code in codes)
 
 
-# Any request, whatever its route: the HTTP server's limits (spec 9, "Bounded clients"), the loopback guard's
-# refusal of a foreign Host (400, spec 9), and a bug.
+# The loopback guard's refusal of a Host this service does not serve (spec 9): INVALID_REQUEST, with status 400.
+_FOREIGN_HOST: Answerable = (400, ErrorCode.INVALID_REQUEST)
+# Any request, whatever its route: the HTTP server's limits (spec 9, "Bounded clients"), a foreign Host, and a bug.
 _EVERY_REQUEST = (
-    (400, ErrorCode.INVALID_REQUEST),
+    _FOREIGN_HOST,
     *_at(ErrorCode.REQUEST_TIMEOUT, ErrorCode.HEADERS_TOO_LARGE, ErrorCode.INTERNAL),
 )
 # A route that needs a key when a keys file is set (spec 9); FORBIDDEN is also the loopback guard's cross-site refusal.
@@ -69,9 +68,9 @@ _STORE = _at(ErrorCode.NOT_READY, ErrorCode.STORAGE_UNAVAILABLE)
 _BODY = _at(ErrorCode.INVALID_REQUEST, ErrorCode.PAYLOAD_TOO_LARGE, ErrorCode.UNSUPPORTED_MEDIA_TYPE)
 _IDEMPOTENT = _at(ErrorCode.INVALID_REQUEST, ErrorCode.IDEMPOTENCY_KEY_IN_PROGRESS, ErrorCode.IDEMPOTENCY_KEY_REUSED)
 
-BEARER = "bearerKey"
+_BEARER = "bearerKey"
 _SECURITY_SCHEMES = {
-    BEARER: {
+    _BEARER: {
         "type": "http",
         "scheme": "bearer",
         "description": "a key of the keys file (FORKLOG_KEYS_FILE); without one the service needs no key, and "
@@ -120,7 +119,7 @@ _SSE_FRAMES = (
 BODY_SHAPES: tuple[BodyShape, ...] = (CREATE, APPEND, SNAPSHOT, FORK)
 
 
-def declared_problems(
+def _declared_problems(
     *,
     refusals: Iterable[ErrorCode],
     body: bool,
@@ -155,6 +154,8 @@ def _problem_responses(answers: set[Answerable]) -> dict[int | str, Schema]:
         schemas = [ref(problem_name(code)) for code in codes]
         schema = schemas[0] if len(schemas) == 1 else {"oneOf": schemas}
         description = "; ".join(f"{code.value}: {PROBLEMS[code].title}" for code in codes)
+        if (status, codes[0]) == _FOREIGN_HOST:
+            description += " (a Host this service does not serve: without keys it serves only this machine)"
         responses[status] = {"description": description, "content": {PROBLEM_JSON: {"schema": schema}}}
     return responses
 
@@ -190,7 +191,7 @@ def operation(
             "required": not body.empty_is_object,
             "content": {"application/json": {"schema": ref(body.name)}},
         }
-    answers = declared_problems(
+    answers = _declared_problems(
         refusals=refusals,
         body=body is not None,
         query=query is not None,
@@ -367,6 +368,6 @@ def build_document(app: FastAPI) -> dict[str, Any]:
                 details["responses"][status]["links"] = links
     titled = {name: {"title": name, **component} for name, component in sorted(components.items())}
     schema["components"] = {"schemas": titled, "securitySchemes": _SECURITY_SCHEMES}
-    schema["security"] = [{BEARER: []}]
+    schema["security"] = [{_BEARER: []}]
     app.openapi_schema = schema
     return schema

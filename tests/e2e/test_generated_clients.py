@@ -214,7 +214,7 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Futur
 
     lacking = {name: modules for name in ("openapi-typescript", "hey-api", "openapi-generator", "redocly")}
     if isinstance(jar, str):
-        lacking["openapi-generator"] = jar
+        lacking["openapi-generator"] = jar if isinstance(modules, Path) else f"{jar}; {modules}"
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         futures = {name: pool.submit(guarded, job) for name, job in jobs.items()}
         for name, reason in lacking.items():

@@ -22,7 +22,7 @@ __all__ = ["router"]
 router = new_router()
 
 # What a snapshot and a fork refuse of their source, in the check order of spec 2.3.
-BOUNDARY_REFUSALS = (
+_BOUNDARY_REFUSALS = (
     ErrorCode.SESSION_NOT_LIVE,
     ErrorCode.SEQ_CONFLICT,
     ErrorCode.INVALID_BOUNDARY,
@@ -33,7 +33,7 @@ BOUNDARY_REFUSALS = (
 @router.post(
     "/sessions/{id}/snapshot",
     summary="The seed and meta a fork would use, at a turn boundary",
-    **operation(SnapshotOut, body=SNAPSHOT, refusals=(*SESSION_ID, *BOUNDARY_REFUSALS)),
+    **operation(SnapshotOut, body=SNAPSHOT, refusals=(*SESSION_ID, *_BOUNDARY_REFUSALS)),
 )
 async def snapshot_session(request: Request) -> Response:
     key = key_of(request)
@@ -59,7 +59,7 @@ async def snapshot_session(request: Request) -> Response:
     **operation(
         SessionOut,
         body=FORK,
-        refusals=(*SESSION_ID, ErrorCode.SESSION_ALREADY_EXISTS, *BOUNDARY_REFUSALS),
+        refusals=(*SESSION_ID, ErrorCode.SESSION_ALREADY_EXISTS, *_BOUNDARY_REFUSALS),
         idempotent=True,
         created=True,
     ),

@@ -132,6 +132,8 @@ def _nullable_unless_required(member: Member) -> dict[str, Any]:
     schema = member.json_schema()
     if member.required or member.kind is Kind.IGNORED:
         return schema
+    if isinstance(schema.get("type"), str):
+        return {**schema, "type": [schema["type"], "null"]}
     description = schema.pop("description")
     return {"anyOf": [schema, {"type": "null"}], "description": description}
 

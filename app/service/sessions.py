@@ -394,6 +394,7 @@ class SessionService:
     async def _append_batch(self, key: SessionKey, batch: list[WaitingAppend[Appended]]) -> None:
         wanted = _replace_targets(waiting.events for waiting in batch)
         refresh = False
+        current = 0
         for _ in range(STALE_RETRIES):
             tip = await self.backend.tip(key, wanted, refresh=refresh)
             if tip is None:
@@ -401,6 +402,7 @@ class SessionService:
                 for waiting in batch:
                     waiting.fail(missing)
                 return
+            current = tip.session.head.count
             accepted, refused, combined = self._check_batch(tip, batch)
             if refused and tip.may_be_stale and not refresh:
                 refresh = True  # a refusal is only answered once it holds on a fresh tip
@@ -434,7 +436,10 @@ class SessionService:
                 waiting.succeed(answer)
             self.changes.changed(key)
             return
-        busy = SessionError(ErrorCode.SEQ_CONFLICT, f'session "{key.id}" kept moving under the append; retry')
+        # SEQ_CONFLICT always says where the log stood (spec 3): here, at the last look.
+        busy = SessionError(
+            ErrorCode.SEQ_CONFLICT, f'session "{key.id}" kept moving under the append; retry', currentSeq=current
+        )
         for waiting in batch:
             waiting.fail(busy)
 

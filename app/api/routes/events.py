@@ -6,11 +6,12 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from app.api.idempotency import answer_response, idempotent_request
-from app.api.openapi import operation
+from app.api.openapi import SESSION_ID, operation
 from app.api.requests import APPEND, READ_QUERY
 from app.api.routing import body_of, json_response, key_of, new_router, service_of
 from app.api.schemas import AppendResponse, EventsPage
 from app.api.wire import appended_answer, json_array
+from app.domain.errors import ErrorCode
 from app.service.idempotency import Answer, Claim
 
 __all__ = ["router"]
@@ -22,7 +23,12 @@ router = new_router()
     "/sessions/{id}/events",
     status_code=201,
     summary="Append events (atomically: all are stored, or none)",
-    **operation(AppendResponse, body=APPEND, problems=(404, 409, 413, 415, 422, 503)),
+    **operation(
+        AppendResponse,
+        body=APPEND,
+        refusals=(*SESSION_ID, ErrorCode.SESSION_NOT_LIVE, ErrorCode.SEQ_CONFLICT, ErrorCode.INVALID_EVENT),
+        idempotent=True,
+    ),
 )
 async def append_events(request: Request) -> Response:
     key = key_of(request)
@@ -47,7 +53,7 @@ async def append_events(request: Request) -> Response:
 @router.get(
     "/sessions/{id}/events",
     summary="Read the log",
-    **operation(EventsPage, query=READ_QUERY, problems=(404, 422, 503)),
+    **operation(EventsPage, query=READ_QUERY, refusals=SESSION_ID),
 )
 async def read_events(request: Request) -> Response:
     key = key_of(request)

@@ -9,22 +9,31 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from app.api.idempotency import answer_response, idempotent_request
-from app.api.openapi import operation
+from app.api.openapi import SESSION_ID, operation
 from app.api.requests import FORK, SNAPSHOT
 from app.api.routing import body_of, key_of, new_router, service_of
 from app.api.schemas import SessionOut, SnapshotOut
 from app.api.wire import created_answer, json_array_pieces, session_json
+from app.domain.errors import ErrorCode
 from app.service.idempotency import Answer, Claim
 
 __all__ = ["router"]
 
 router = new_router()
 
+# What a snapshot and a fork refuse of their source, in the check order of spec 2.3.
+_BOUNDARY_REFUSALS = (
+    ErrorCode.SESSION_NOT_LIVE,
+    ErrorCode.SEQ_CONFLICT,
+    ErrorCode.INVALID_BOUNDARY,
+    ErrorCode.NOT_AT_TURN_BOUNDARY,
+)
+
 
 @router.post(
     "/sessions/{id}/snapshot",
     summary="The seed and meta a fork would use, at a turn boundary",
-    **operation(SnapshotOut, body=SNAPSHOT, problems=(404, 409, 413, 415, 422, 503)),
+    **operation(SnapshotOut, body=SNAPSHOT, refusals=(*SESSION_ID, *_BOUNDARY_REFUSALS)),
 )
 async def snapshot_session(request: Request) -> Response:
     key = key_of(request)
@@ -47,7 +56,13 @@ async def snapshot_session(request: Request) -> Response:
     "/sessions/{id}/fork",
     status_code=201,
     summary="Create a child session from this one's log, at a turn boundary",
-    **operation(SessionOut, body=FORK, problems=(404, 409, 413, 415, 422, 503), created=True),
+    **operation(
+        SessionOut,
+        body=FORK,
+        refusals=(*SESSION_ID, ErrorCode.SESSION_ALREADY_EXISTS, *_BOUNDARY_REFUSALS),
+        idempotent=True,
+        created=True,
+    ),
 )
 async def fork_session(request: Request) -> Response:
     key = key_of(request)

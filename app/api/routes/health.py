@@ -9,18 +9,24 @@ from fastapi.responses import Response
 from app.api.openapi import operation
 from app.api.routing import is_admin, json_response, new_router, service_of
 from app.api.schemas import Health, Ready
+from app.domain.errors import ErrorCode
 
 __all__ = ["router"]
 
 router = new_router()
 
 
-@router.get("/healthz", summary="Liveness: always ok while the process serves", **operation(Health))
+@router.get(
+    "/healthz", summary="Liveness: always ok while the process serves", **operation(Health, public=True, store=False)
+)
 async def healthz(request: Request) -> Response:
     return json_response(b'{"status":"ok"}')
 
 
-@router.get("/readyz", summary="Readiness", **operation(Ready, problems=(503,)))
+# A store that cannot be reached makes the service not ready (NOT_READY), never a STORAGE_UNAVAILABLE of its own.
+@router.get(
+    "/readyz", summary="Readiness", **operation(Ready, public=True, store=False, refusals=(ErrorCode.NOT_READY,))
+)
 async def readyz(request: Request) -> Response:
     readiness = await service_of(request).readiness()
     if not is_admin(request):

@@ -5,10 +5,11 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import Response
 
-from app.api.openapi import operation
+from app.api.openapi import SESSION_ID, operation
 from app.api.requests import HISTORY_QUERY
 from app.api.routing import json_response, key_of, new_router, service_of
 from app.api.schemas import History
+from app.domain.errors import ErrorCode
 from app.domain.jsonvalue import dumps
 
 __all__ = ["router"]
@@ -19,7 +20,7 @@ router = new_router()
 @router.get(
     "/sessions/{id}/history",
     summary="The model history, now or at a turn/end",
-    **operation(History, query=HISTORY_QUERY, problems=(404, 422, 503)),
+    **operation(History, query=HISTORY_QUERY, refusals=(*SESSION_ID, ErrorCode.INVALID_BOUNDARY)),
 )
 async def read_history(request: Request) -> Response:
     key = key_of(request)

@@ -6,7 +6,7 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
-from app.api.openapi import operation
+from app.api.openapi import SESSION_ID, operation
 from app.api.routing import json_response, key_of, new_router, service_of
 from app.api.schemas import Lineage
 from app.api.wire import session_json
@@ -19,7 +19,7 @@ router = new_router()
 @router.get(
     "/sessions/{id}/lineage",
     summary="Ancestors (while each parent is live) and children of a session",
-    **operation(Lineage, problems=(404, 422, 503)),
+    **operation(Lineage, refusals=SESSION_ID),
 )
 async def read_lineage(request: Request) -> Response:
     lineage = await service_of(request).lineage(key_of(request))

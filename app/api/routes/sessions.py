@@ -7,11 +7,12 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from app.api.idempotency import answer_response, idempotent_request
-from app.api.openapi import operation
+from app.api.openapi import SESSION_ID, operation
 from app.api.requests import CREATE, LIST_QUERY
 from app.api.routing import body_of, json_response, key_of, new_router, service_of, tenant_of
 from app.api.schemas import SessionOut, SessionPage
 from app.api.wire import created_answer, decode_cursor, encode_cursor, session_json, session_payload
+from app.domain.errors import ErrorCode
 from app.service.idempotency import Answer, Claim
 
 __all__ = ["router"]
@@ -23,7 +24,13 @@ router = new_router()
     "/sessions",
     status_code=201,
     summary="Create a session, optionally from a seed (a snapshot's answer creates the fork's child)",
-    **operation(SessionOut, body=CREATE, problems=(409, 413, 415, 422, 503), created=True),
+    **operation(
+        SessionOut,
+        body=CREATE,
+        refusals=(ErrorCode.SESSION_ALREADY_EXISTS, ErrorCode.SESSION_CORRUPT, ErrorCode.INVALID_SEED),
+        idempotent=True,
+        created=True,
+    ),
 )
 async def create_session(request: Request) -> Response:
     body = await body_of(request, empty_is_object=True)
@@ -48,7 +55,7 @@ async def create_session(request: Request) -> Response:
 @router.get(
     "/sessions",
     summary="List sessions in creation order",
-    **operation(SessionPage, query=LIST_QUERY, problems=(422, 503)),
+    **operation(SessionPage, query=LIST_QUERY),
 )
 async def list_sessions(request: Request) -> Response:
     query = LIST_QUERY.parse(request.query_params)
@@ -61,7 +68,7 @@ async def list_sessions(request: Request) -> Response:
     return json_response(orjson.dumps({"items": items, "nextCursor": encode_cursor(last) if last else None}))
 
 
-@router.get("/sessions/{id}", summary="One session", **operation(SessionOut, problems=(404, 422, 503)))
+@router.get("/sessions/{id}", summary="One session", **operation(SessionOut, refusals=SESSION_ID))
 async def get_session(request: Request) -> Response:
     key = key_of(request)
     return json_response(session_payload(await service_of(request).get(key)))
@@ -72,7 +79,7 @@ async def get_session(request: Request) -> Response:
     status_code=204,
     response_class=Response,
     summary="Delete a session and its log (its children keep theirs)",
-    **operation(None, problems=(404, 422, 503)),
+    **operation(None, refusals=SESSION_ID),
 )
 async def delete_session(request: Request) -> Response:
     key = key_of(request)

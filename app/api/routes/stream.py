@@ -18,9 +18,10 @@ from fastapi import Request
 from fastapi.responses import Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.api.openapi import operation
+from app.api.openapi import SESSION_ID, operation
 from app.api.requests import STREAM_QUERY, last_event_id
 from app.api.routing import key_of, new_router, service_of
+from app.domain.errors import ErrorCode
 from app.service.sessions import Deleted, TailEvents
 
 __all__ = ["PING_SECONDS", "router"]
@@ -51,7 +52,7 @@ def _ping() -> ServerSentEvent:
     "/sessions/{id}/events/stream",
     response_class=EventSourceResponse,
     summary="Follow the log live (server-sent events): every event from a seq, then each new one",
-    **operation(None, query=STREAM_QUERY, problems=(404, 409, 422, 503), stream=True),
+    **operation(None, query=STREAM_QUERY, refusals=(*SESSION_ID, ErrorCode.SESSION_NOT_LIVE), stream=True),
 )
 async def stream_events(request: Request) -> Response:
     key = key_of(request)

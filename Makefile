@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck run bench bench-profile clean openapi
+.PHONY: test lint typecheck run bench bench-profile clean openapi vendor screenshots
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,3 +42,8 @@ clean:
 
 openapi: $(STAMP)
 	$(BIN)/python -m app.api.openapi_document
+
+# The docs pages' browser files (Swagger UI, ReDoc), refreshed from vendor/package-lock.json with npm: a maintainer's
+# step, not a build step (the files are committed in app/api/ui/vendor/).
+vendor:
+	bash vendor/refresh.sh

@@ -84,7 +84,9 @@ export function confirmDelete({ sessionId, childCount, remove }) {
   const dialog = byId("delete-dialog");
   byId("delete-target").textContent = sessionId;
   byId("delete-children").textContent = childCount
-    ? ` Its ${childCount === 1 ? "child keeps" : `${childCount} children keep`} their own logs.`
+    ? childCount === 1
+      ? " Its child keeps its own log."
+      : ` Its ${childCount} children keep their own logs.`
     : "";
   replaceChildren(dialog.querySelector(".dialog-problem"));
   return run(

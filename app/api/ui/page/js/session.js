@@ -232,7 +232,8 @@ export class SessionView {
     if (state === LiveState.DELETED) {
       this.deleted = true;
       this.renderFacts();
-      this.notify(`Session ${this.id} was deleted.`);
+      // Deleted from this page: remove() says so itself; from elsewhere: say it here.
+      if (!this.removing) this.notify(`Session ${this.id} was deleted by another client.`);
     }
     if (state === LiveState.STOPPED) {
       // The browser does not say why a stream was refused: ask the session itself, which answers the problem.
@@ -275,7 +276,15 @@ export class SessionView {
     const removed = await confirmDelete({
       sessionId: this.id,
       childCount: this.lineage?.children.length ?? 0,
-      remove: () => request("DELETE", sessionPath(this.id)),
+      remove: async () => {
+        this.removing = true;
+        try {
+          await request("DELETE", sessionPath(this.id));
+        } catch (problem) {
+          this.removing = false;
+          throw problem;
+        }
+      },
     });
     if (removed) {
       this.notify(`Deleted session ${this.id}.`);

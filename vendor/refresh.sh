@@ -33,6 +33,12 @@ for served in swagger-ui-bundle.js swagger-ui.css redoc.standalone.js; do
     sed -i -e '/^\/\/# sourceMappingURL=[^ ]*$/d' -e '/^\/\*# sourceMappingURL=[^ ]*\*\/$/d' "$target/$served"
 done
 
+# ReDoc's side menu shows its vendor's logo from their CDN: the one thing either bundle would load from another host.
+# Point it at an empty inline image instead (the component hides itself when the image does not load).
+logo='src:"https://cdn.redoc.ly/redoc/logo-mini.svg"'
+grep -qF "$logo" "$target/redoc.standalone.js" || { echo "refresh.sh: ReDoc's logo URL moved; check the bundle" >&2; exit 1; }
+sed -i "s|$logo|src:\"data:,\"|" "$target/redoc.standalone.js"
+
 python3 - "$work" "$target" "${files[@]}" <<'PY'
 import hashlib, json, pathlib, sys
 work, target, entries = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3:]

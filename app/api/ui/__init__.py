@@ -53,4 +53,3 @@ def static_mounts() -> list[Mount]:
         Mount(UI_PATH, app=PageFiles(directory=PAGE_DIR, html=True), name="ui"),
         Mount(DOCS_ASSETS, app=StaticFiles(directory=VENDOR_DIR), name="docs_assets"),
     ]
-

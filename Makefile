@@ -47,3 +47,11 @@ openapi: $(STAMP)
 # step, not a build step (the files are committed in app/api/ui/vendor/).
 vendor:
 	bash vendor/refresh.sh
+
+# The session browser's screenshots for the README: the UI tests write them under pytest's temporary folder (build/,
+# ignored by git), and only this target copies them into docs/screenshots/.
+screenshots: $(STAMP)
+	mkdir -p build
+	$(BIN)/pytest tests/ui -q -p no:cacheprovider --basetemp=build/ui-tests
+	mkdir -p docs/screenshots
+	cp build/ui-tests/screenshots/*.png docs/screenshots/

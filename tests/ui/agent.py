@@ -4,6 +4,7 @@ which the model reasons and calls a tool, the tool's result, and a step with the
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from tests.events import PROVIDER, Event, message_id, step_end, step_start, turn_end, turn_start, user_message
 
@@ -19,7 +20,7 @@ __all__ = [
 AGENT_TURN_LENGTH = 11  # the events of one agent_turn
 
 
-def _assistant(turn: int, step: int, content: list[dict[str, object]]) -> Event:
+def _assistant(turn: int, step: int, content: list[dict[str, Any]]) -> Event:
     message = {"id": message_id("assistant"), "role": "assistant", "content": content, "source": PROVIDER}
     return {
         "type": "assistant/message",
@@ -28,10 +29,8 @@ def _assistant(turn: int, step: int, content: list[dict[str, object]]) -> Event:
     }
 
 
-def tool_result_event(turn: int, step: int, call_id: str, output: str, *, failed: bool = False) -> Event:
+def tool_result_event(turn: int, step: int, call_id: str, output: str) -> Event:
     block = {"type": "tool-result", "toolCallId": call_id, "content": [{"type": "text", "text": output}]}
-    if failed:
-        block["isError"] = True
     message = {
         "id": message_id("tool"),
         "role": "user",
@@ -45,8 +44,11 @@ def open_agent_turn(turn: int, question: str, command: str) -> tuple[list[Event]
     """The turn up to the model's tool call (the result not yet there), and the call's id."""
     call_id = f"call-{message_id(str(turn))}"
     arguments = json.dumps({"command": command})
-    call = {"type": "tool-call", "id": call_id, "name": "bash", "arguments": arguments}
-    reasoning = {"type": "reasoning", "text": f"To answer I should run `{command}` and read its output."}
+    call: dict[str, Any] = {"type": "tool-call", "id": call_id, "name": "bash", "arguments": arguments}
+    reasoning: dict[str, Any] = {
+        "type": "reasoning",
+        "text": f"To answer I should run `{command}` and read its output.",
+    }
     events = [
         turn_start(turn),
         user_message(question),

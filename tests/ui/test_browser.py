@@ -17,6 +17,8 @@ from tests.ui.conftest import PHONE, Connect, StartServer, Tabs
 
 pytestmark = pytest.mark.e2e
 
+DASH = "\u2013"  # the page writes ranges with an en dash
+
 
 def seed_agent_session(api: Api, session_id: str, *, open_third: bool = True) -> str:
     """Two whole turns (completed, then interrupted) and, unless told otherwise, a third left open at its tool
@@ -131,12 +133,12 @@ def test_raw_events_come_a_page_at_a_time(
     assert not [request for request in tabs.requests if "limit=100" in request.url], "the raw log waits to be asked"
 
     page.get_by_role("link", name="Events", exact=True).click()
-    expect(page.locator(".events-caption")).to_have_text("Events #152–#251 of 252")
+    expect(page.locator(".events-caption")).to_have_text(f"Events #152{DASH}#251 of 252")
     expect(page.locator(".event-row")).to_have_count(100)
     page.get_by_role("link", name="First").click()
-    expect(page.locator(".events-caption")).to_have_text("Events #0–#99 of 252")
+    expect(page.locator(".events-caption")).to_have_text(f"Events #0{DASH}#99 of 252")
     page.get_by_role("link", name="Next").click()
-    expect(page.locator(".events-caption")).to_have_text("Events #100–#199 of 252")
+    expect(page.locator(".events-caption")).to_have_text(f"Events #100{DASH}#199 of 252")
     page.fill("#events-from", "17")
     page.get_by_role("button", name="Go").click()
     first = page.locator(".event-row").first

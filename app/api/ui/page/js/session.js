@@ -35,7 +35,9 @@ export class SessionView {
 
   /** Shows `tab` ("" for the conversation, "events"); `params` holds the events tab's `from`. */
   async open(tab, params) {
-    if (!this.session) await this.load();
+    // One load however many route changes arrive while it runs (a tab clicked before the session answered).
+    this.loading ??= this.load();
+    await this.loading;
     if (!this.session || this.disposed) return;
     this.showTab(tab, params);
   }
@@ -47,6 +49,7 @@ export class SessionView {
     } catch (problem) {
       replaceChildren(this.root, h("h1", { tabindex: -1 }, this.id), problemBox(problem), h("p", {}, h("a", { href: "#/" }, "Back to the sessions")));
       this.root.querySelector("h1").focus();
+      this.loading = null; // the next visit asks again
       return;
     }
     this.buildFrame();
@@ -97,8 +100,13 @@ export class SessionView {
     const events = tab === "events";
     this.conversationPanel.hidden = events;
     this.eventsPanel.hidden = !events;
-    this.conversationTab.toggleAttribute("aria-current", !events);
-    this.eventsTab.toggleAttribute("aria-current", events);
+    for (const [link, current] of [
+      [this.conversationTab, !events],
+      [this.eventsTab, events],
+    ]) {
+      if (current) link.setAttribute("aria-current", "page");
+      else link.removeAttribute("aria-current");
+    }
     if (events) {
       const from = params.has("from") ? Number(params.get("from")) : Math.max(0, (this.session?.eventCount ?? 0) - 100);
       this.eventsView.show(from);

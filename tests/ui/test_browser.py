@@ -11,6 +11,7 @@ from playwright.sync_api import Page, expect
 
 from tests.api.builders import turns
 from tests.e2e.server import Server
+from tests.events import user_message
 from tests.ui.agent import agent_turn, close_agent_turn, open_agent_turn
 from tests.ui.api import Api
 from tests.ui.conftest import PHONE, Connect, StartServer, Tabs
@@ -184,6 +185,28 @@ def test_events_from_another_client_arrive_live_and_a_reconnect_resumes(
     assert len(shown) == len(set(shown)), "no event is shown twice"
     streams = [request for request in tabs.requests if "/events/stream" in request.url]
     assert streams[-1].all_headers().get("last-event-id") == "10", "the reconnect resumed after seq 10"
+
+
+def test_a_live_compaction_replaces_the_messages_it_summarizes(
+    tabs: Tabs, connect: Connect, shared_server: Server
+) -> None:
+    api = connect(shared_server)
+    seed_agent_session(api, "compacted", open_third=False)
+    page = tabs.open(shared_server.base, "#/s/compacted")
+    expect(page.locator(".live-state")).to_have_attribute("data-state", "live")
+    expect(page.locator(".message")).to_have_count(6)
+
+    # Turn 2's messages (seqs 12, 14, 16, 19) become one summary, as a replace surfaceOp does (spec 1.3).
+    summary = user_message(
+        "Summary: the files are README.md, app and tests.",
+        surface_op={"op": "replace", "start": 12, "end": 19},
+        sources=[12, 14, 16, 19],
+    )
+    api.append("compacted", [summary])
+    expect(page.locator(".message")).to_have_count(4)  # turn 1 (its result inside its call) and the summary
+    expect(page.locator(".message").last).to_contain_text("Summary: the files are")
+    expect(page.locator(".message-user", has_text="List the files")).to_have_count(0)
+    expect(page.locator(".turn-end .reason")).to_have_text(["completed", "interrupted"])
 
 
 def test_fork_here_at_a_turn_opens_the_child(

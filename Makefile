@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck run bench bench-profile clean openapi
+.PHONY: test lint typecheck run bench bench-profile clean openapi vendor screenshots
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,3 +42,16 @@ clean:
 
 openapi: $(STAMP)
 	$(BIN)/python -m app.api.openapi_document
+
+# The docs pages' browser files (Swagger UI, ReDoc), refreshed from vendor/package-lock.json with npm: a maintainer's
+# step, not a build step (the files are committed in app/api/ui/vendor/).
+vendor:
+	bash vendor/refresh.sh
+
+# The session browser's screenshots for the README: the UI tests write them under pytest's temporary folder (build/,
+# ignored by git), and only this target copies them into docs/screenshots/.
+screenshots: $(STAMP)
+	mkdir -p build
+	$(BIN)/pytest tests/ui -q -p no:cacheprovider --basetemp=build/ui-tests
+	mkdir -p docs/screenshots
+	cp build/ui-tests/screenshots/*.png docs/screenshots/

@@ -20,6 +20,7 @@ from app.api.openapi import build_document
 from app.api.problems import install_problem_handlers
 from app.api.routes import routers
 from app.api.settings import Settings
+from app.api.ui import static_mounts
 from app.backends.base import Backend
 from app.backends.files import FileBackend
 from app.backends.memory import MemoryBackend
@@ -69,6 +70,9 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
         version="0.1.0",
         description="Event-sourced AI-agent sessions, forked safely at turn boundaries.",
         lifespan=lifespan,
+        # FastAPI's own docs pages load their scripts from a CDN: app.api.routes.docs serves them from this service.
+        docs_url=None,
+        redoc_url=None,
         generate_unique_id_function=lambda route: route.name,
         # forklog exports no OpenTelemetry data; with it off FastAPI skips a provider check on every request.
         telemetry={"tracing": False, "metrics": False, "logs": False},
@@ -79,6 +83,8 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     for router in routers:
         # The routes themselves, not the routers: FastAPI matches an included router as one more level per request.
         app.router.routes.extend(router.routes)
+    # The session browser (/ui/) and the docs pages' scripts (/docs/assets/): files, after every API route.
+    app.router.routes.extend(static_mounts())
     app.state.keys = keys
     # Outermost last: the access log sees every answer; CORS answers preflights and labels every answer (a page
     # must be able to read a 401); then keys, or without keys the loopback guard, before anything else is looked at.

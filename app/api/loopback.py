@@ -8,6 +8,10 @@ Two checks run before any route (spec section 9, "Loopback without keys"):
 - **Origin.** A request that changes something (any method but GET, HEAD and OPTIONS, except a snapshot, which
   only reads) and carries an ``Origin`` not listed in ``FORKLOG_CORS_ORIGINS`` answers ``403 FORBIDDEN`` before it
   runs: a cross-site form or ``fetch`` (a "simple" request needs no preflight) cannot create, append, fork or delete.
+  The service's own origin (the scheme and the ``Host`` just accepted) is not another site: only a page this
+  service served (the session browser at ``/ui/``, the docs at ``/docs``) sends it, so those pages may fork and
+  delete. A rebinding page sends its own name as ``Host`` and is refused above; a page of another local port sends
+  an origin with that port.
 
 Starlette's ``TrustedHostMiddleware`` is not used: its refusal is plain text (every forklog error is a problem) and
 it cannot name the whole 127.0.0.0/8 range.
@@ -87,7 +91,8 @@ class LoopbackGuard:
             )
             return
         origin = headers.get("origin")
-        refused_origin = origin is not None and origin.lower() not in self.allowed_origins
+        own_origin = f"{scope.get('scheme', 'http')}://{raw_host}".lower()
+        refused_origin = origin is not None and origin.lower() not in self.allowed_origins | {own_origin}
         if refused_origin and not _reads_only(scope["method"], scope["path"]):
             await send_problem(
                 scope,

@@ -99,7 +99,17 @@ CALLS = {
     "snapshot_session": Call("POST", "/sessions/demo/snapshot", Scope.READ, 200, {"atSeq": 8}),
     "fork_session": Call("POST", "/sessions/demo/fork", Scope.WRITE, 201, {"atSeq": 8, "sessionId": "kid"}),
 }
-OPEN_ROUTES = {"openapi", "swagger_ui_html", "swagger_ui_redirect", "redoc_html", "healthz", "readyz"}
+# The docs pages, and the files of the session browser and of the docs pages (the mounts "ui" and "docs_assets").
+OPEN_ROUTES = {
+    "openapi",
+    "swagger_ui_html",
+    "swagger_ui_redirect",
+    "redoc_html",
+    "healthz",
+    "readyz",
+    "ui",
+    "docs_assets",
+}
 
 
 def test_every_route_is_either_open_or_in_the_matrix(make_app: AppFactory, keys: Keys) -> None:
@@ -198,9 +208,12 @@ def test_idempotency_keys_are_per_tenant(keyed: Callable[[], TestClient], keys: 
     assert other.json()["id"] == "b"
 
 
+ASSET = "/docs/assets/swagger-ui-bundle.js"
+
+
 def test_open_routes_need_no_key_and_ignore_a_bad_one(keyed: Callable[[], TestClient], keys: Keys) -> None:
     client = keyed()
-    for path in ("/healthz", "/readyz", "/openapi.json", "/docs", "/redoc"):
+    for path in ("/healthz", "/readyz", "/openapi.json", "/docs", "/redoc", "/ui/", "/ui/js/main.js", ASSET):
         for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic x"}):
             assert client.get(path, headers=headers).status_code == 200, (path, headers)
 

@@ -94,6 +94,16 @@ def test_a_cross_site_read_is_answered(filled: TestClient, method: str, path: st
     assert response.status_code == 200
 
 
+def test_the_services_own_pages_may_change_sessions(make_client: ClientFactory) -> None:
+    # The session browser (/ui/) is served by this very service: its fetches carry the service's own origin.
+    client = make_client()
+    response = client.post("/sessions", json={"id": "mine"}, headers={"Origin": "http://localhost"})
+    assert response.status_code == 201, response.text
+    for other in ("http://localhost:8001", "https://localhost", "http://127.0.0.1", "null"):
+        response = client.post("/sessions", json={"id": "theirs"}, headers={"Origin": other})
+        assert_problem(response, 403, "FORBIDDEN")
+
+
 def test_an_allowed_origin_may_change_sessions(make_client: ClientFactory) -> None:
     client = make_client(cors_origins=["http://app.example:3000"])
     response = client.post("/sessions", json={"id": "mine"}, headers={"Origin": "http://app.example:3000"})

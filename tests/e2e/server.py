@@ -66,17 +66,27 @@ class Server:
         """Start and wait until /readyz answers 200; a port taken in between is retried on another port."""
         for _ in range(3):
             self.port = free_port()
-            args = [sys.executable, "-m", "app", "--port", str(self.port), "--data-dir", str(self.data_dir)]
-            if not self.fsync:
-                args.append("--no-fsync")
-            args.extend(self.args)
-            with self.log_path.open("ab") as log:
-                self.process = subprocess.Popen(args, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-            if self._wait_ready():
+            if self._launch():
                 return self
             if "address already in use" not in self.output().lower():
                 break
         raise AssertionError(f"forklog did not become ready on port {self.port}; its output:\n{self.output()}")
+
+    def restart(self) -> Server:
+        """SIGTERM, then start again on the same port and data directory: what a client's reconnect meets."""
+        self.stop()
+        if not self._launch():
+            raise AssertionError(f"forklog did not come back on port {self.port}; its output:\n{self.output()}")
+        return self
+
+    def _launch(self) -> bool:
+        args = [sys.executable, "-m", "app", "--port", str(self.port), "--data-dir", str(self.data_dir)]
+        if not self.fsync:
+            args.append("--no-fsync")
+        args.extend(self.args)
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(args, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        return self._wait_ready()
 
     def _wait_ready(self) -> bool:
         assert self.process is not None

@@ -9,14 +9,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from app.api.ui import PAGE_DIR, VENDOR_DIR
 from tests.e2e.server import REPO, Server, free_port, run_app
 
 pytestmark = pytest.mark.e2e
@@ -211,3 +214,27 @@ def test_the_postgres_profile_runs_two_replicas_on_postgresql_behind_one_proxy_p
 def test_the_image_copies_what_the_postgres_backend_needs() -> None:
     dependencies = (REPO / "pyproject.toml").read_text(encoding="utf-8").split("[project.optional-dependencies]")[0]
     assert '"asyncpg' in dependencies, "the driver is a dependency of the service, not only of the tests"
+
+
+def test_the_wheel_carries_the_session_browser_and_the_docs_assets(tmp_path: Path) -> None:
+    # What the Dockerfile copies, built as its `pip install` builds it: the page and the vendored scripts are
+    # package data, so an installed forklog serves /ui/ and /docs/assets/ too.
+    source = tmp_path / "source"
+    shutil.copytree(REPO / "app", source / "app", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path / "dist"), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "dist").glob("forklog-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    files = [path for folder in (PAGE_DIR, VENDOR_DIR) for path in folder.rglob("*") if path.is_file()]
+    assert files
+    missing = {str(path.relative_to(REPO)) for path in files} - names
+    assert missing == set(), "every file of the page and of the docs assets is in the wheel"

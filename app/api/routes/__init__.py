@@ -1,8 +1,8 @@
-"""The routes of spec 3, one module per resource; :data:`routers` in the order they are included."""
+"""The routes of spec 3, one module per resource, and the docs pages; :data:`routers` in the order they are included."""
 
 from fastapi import APIRouter
 
-from app.api.routes import events, forks, health, history, lineage, sessions, stream
+from app.api.routes import docs, events, forks, health, history, lineage, sessions, stream
 
 __all__ = ["routers"]
 
@@ -14,4 +14,5 @@ routers: tuple[APIRouter, ...] = (
     lineage.router,
     forks.router,
     health.router,
+    docs.router,
 )

@@ -119,7 +119,7 @@ def ten_forks_row(client: Client, pid: int, data: Path, sid: str, label: str) ->
     return Row(
         "Fork",
         f"ten forks of the {label} session: memory",
-        f"+{growth:.1%}",
+        f"{growth:+.1%}",
         "VmRSS before",
         human_bytes(before),
         after / before,

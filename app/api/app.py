@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app.api.access_log import AccessLog
+from app.api.append_shortcut import AppendShortcut
 from app.api.auth import Authenticator
 from app.api.cors import Cors
 from app.api.encoded_slash import EncodedSlashGuard
@@ -19,6 +20,7 @@ from app.api.loopback import LoopbackGuard
 from app.api.openapi import build_document
 from app.api.problems import install_problem_handlers
 from app.api.routes import routers
+from app.api.routes.events import append_events
 from app.api.settings import Settings
 from app.api.ui import static_mounts
 from app.backends.base import Backend
@@ -88,6 +90,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     app.state.keys = keys
     # Outermost last: the access log sees every answer; CORS answers preflights and labels every answer (a page
     # must be able to read a 401); then keys, or without keys the loopback guard, before anything else is looked at.
+    app.add_middleware(AppendShortcut, endpoint=append_events)
     app.add_middleware(EncodedSlashGuard)
     if keys is not None:
         app.add_middleware(Authenticator, keys=lambda: keys.keys)

@@ -31,6 +31,7 @@ class Cors(CORSMiddleware):
             expose_headers=EXPOSED_HEADERS,
             max_age=PREFLIGHT_MAX_AGE,
         )
+        self.any_origin_allowed = bool(origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "OPTIONS":
@@ -38,6 +39,10 @@ class Cors(CORSMiddleware):
             if "origin" in headers and "access-control-request-method" in headers:
                 await self._preflight(scope, send, headers)
                 return
+        elif not self.any_origin_allowed:
+            # With no origin allowed no answer varies by Origin (none carries CORS headers): nothing to label.
+            await self.app(scope, receive, send)
+            return
         await super().__call__(scope, receive, send)
 
     async def _preflight(self, scope: Scope, send: Send, headers: Headers) -> None:

@@ -19,6 +19,7 @@ it cannot name the whole 127.0.0.0/8 range.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable
 
@@ -71,6 +72,12 @@ class LoopbackGuard:
         self.app = app
         self.allowed_hosts = tuple(allowed_hosts)
         self.allowed_origins = frozenset(origin.lower() for origin in allowed_origins)
+        # Clients send the same few Host values again and again; bounded, since a client may send any.
+        self.serves = functools.lru_cache(maxsize=256)(self._serves)
+
+    def _serves(self, raw_host: str | None) -> bool:
+        name = host_name(raw_host) if raw_host is not None else None
+        return name is not None and is_allowed_host(name, self.allowed_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -78,8 +85,7 @@ class LoopbackGuard:
             return
         headers = Headers(scope=scope)
         raw_host = headers.get("host")
-        name = host_name(raw_host) if raw_host is not None else None
-        if name is None or not is_allowed_host(name, self.allowed_hosts):
+        if not self.serves(raw_host):
             reason = "this service without keys answers only requests for a loopback address or localhost"
             await send_problem(
                 scope,

@@ -5,6 +5,11 @@ touched once (one ``syncfs`` for several files, where it reports write errors; e
 parallel) and then answers them all. So the event loop never waits on the disk, and appends to many sessions share
 the cost of a sync. (Appends to one session are batched before they get here, by the service.)
 
+The writer keeps the files it appended to last open (at most ``OPEN_FILES``), with their sizes: a round of appends
+to sessions in use costs one write each and the round's sync, not an open, a stat and a close as well. A file
+removed or made anew is forgotten (:meth:`AppendWriter.forget`) before anything else happens to its path; its
+descriptor is closed by the writer thread itself, so a descriptor it may still hold is never reused under it.
+
 A write or sync that fails is cut back to the size before it, so a retry never finds half a batch in the file. If
 that cut fails too, the file is *unclean*: a durable cut record is written (:mod:`app.backends.files.cuts`) and
 nothing more is written to the file until the cut succeeds.
@@ -17,6 +22,7 @@ import contextlib
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,6 +37,13 @@ __all__ = ["AppendWriter"]
 logger = logging.getLogger("forklog.storage")
 
 SYNCS_IN_PARALLEL = 16
+OPEN_FILES = 128  # session files kept open between rounds, the most recently appended to
+
+
+@dataclass(slots=True)
+class _OpenFile:
+    fd: int
+    size: int  # what this process wrote or measured: nothing else writes to a session file while it runs
 
 
 @dataclass(slots=True)
@@ -56,6 +69,8 @@ class AppendWriter:
         self._queue: list[_Write] = []
         self._unclean: dict[Path, Cut] = {}
         self._unclean_lock = threading.Lock()
+        self._open: OrderedDict[Path, _OpenFile] = OrderedDict()  # only the writer thread touches it
+        self._forgotten: list[Path] = []  # paths to close and drop, from any thread (under self._wakeup)
         self._wakeup = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="forklog-writer", daemon=True)
@@ -77,9 +92,12 @@ class AppendWriter:
         await future
 
     def forget(self, path: Path) -> None:
-        """The file at ``path`` was removed or made anew: nothing is left to cut from it."""
+        """The file at ``path`` is about to be, or was, removed or made anew: nothing is left to cut from it, and
+        the next append to it opens it again. Called before anything may append to the new file."""
         with self._unclean_lock:
             self._unclean.pop(path, None)
+        with self._wakeup:
+            self._forgotten.append(path)
 
     def close(self) -> None:
         with self._wakeup:
@@ -87,6 +105,9 @@ class AppendWriter:
             self._wakeup.notify()
         self._thread.join()
         self._syncers.shutdown(wait=True)
+        self._close_forgotten()
+        while self._open:
+            self._close_open(next(iter(self._open)))
         with self._unclean_lock:
             unclean = list(self._unclean.items())
         for path, cut in unclean:  # a last chance; what is left is cut at the next start, from its cut record
@@ -102,6 +123,7 @@ class AppendWriter:
                     return
                 batch, self._queue = self._queue, []
             try:
+                self._close_forgotten()
                 self._round(batch)
             except BaseException as exc:  # a bug: still answer every append (as failed) and keep the writer alive
                 logger.exception("a writer round failed")
@@ -119,9 +141,10 @@ class AppendWriter:
                     cut = self._unclean.get(item.path)
                 if cut is not None:  # refused bytes are cut away, durably, before anything is written after them
                     self._cut_back(item.path, cut)
-                item.fd = ops.open(item.path, os.O_WRONLY | os.O_APPEND)
-                item.size_before = ops.fstat(item.fd).st_size
+                opened = self._open_file(item.path)
+                item.fd, item.size_before = opened.fd, opened.size
                 ops.write_all(item.fd, item.data)
+                opened.size += len(item.data)
             except OSError as exc:
                 item.error = exc
         if self._sync:
@@ -129,16 +152,43 @@ class AppendWriter:
         for item in batch:
             if item.error is not None and item.size_before >= 0:
                 self._roll_back(item)
-            if item.fd >= 0:
-                try:
-                    ops.close(item.fd)
-                except OSError:  # the data was synced (or the error is already the answer): closing changes nothing
-                    logger.warning("could not close %s after an append", item.path)
+            if item.error is not None:
+                self._close_open(item.path)  # its size is measured again at the next append
             item.answered = True
             try:
                 item.done(item.error)
             except Exception:  # e.g. the event loop closed: the writer must live on for the others
                 logger.exception("could not answer an append to %s", item.path)
+
+    def _open_file(self, path: Path) -> _OpenFile:
+        opened = self._open.get(path)
+        if opened is not None:
+            self._open.move_to_end(path)
+            return opened
+        fd = self._ops.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            opened = _OpenFile(fd, self._ops.fstat(fd).st_size)
+        except OSError:
+            self._ops.close(fd)
+            raise
+        self._open[path] = opened
+        while len(self._open) > OPEN_FILES:
+            self._close_open(next(iter(self._open)))
+        return opened
+
+    def _close_open(self, path: Path) -> None:
+        opened = self._open.pop(path, None)
+        if opened is not None:
+            try:
+                self._ops.close(opened.fd)
+            except OSError:  # what it held was synced (or its error is already the answer): closing changes nothing
+                logger.warning("could not close %s", path)
+
+    def _close_forgotten(self) -> None:
+        with self._wakeup:
+            forgotten, self._forgotten = self._forgotten, []
+        for path in forgotten:
+            self._close_open(path)
 
     def _sync_round(self, written: list[_Write]) -> None:
         if len(written) == 1:
@@ -191,6 +241,7 @@ class AppendWriter:
         finally:
             self._ops.close(fd)
         self._cuts.clear(cut.record)
+        self._close_open(path)  # its size changed under the descriptor kept open (called by the writer alone)
         self.forget(path)
         logger.warning("cut %s back to its acknowledged %d bytes", path, cut.size)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -30,7 +31,7 @@ from app.backends.files.fileops import FileOps, release_free_memory
 from app.backends.files.journal import JOURNAL_NAME, Journal
 from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, parse_header
 from app.backends.files.remembered import RememberedJournal, lines_digest
-from app.backends.files.writer import AppendWriter
+from app.backends.files.writer import OPEN_FILES, AppendWriter
 from app.backends.memory import live_prefix, log_chunks
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey, head_of
@@ -91,6 +92,8 @@ class FileBackend:
         self.remembered = RememberedJournal(self.datadir.root / "index", self.ops, sync=sync)
         self._cuts = CutRecords(self.ops, sync=sync)
         self._writer = AppendWriter(self.ops, self._cuts, sync=sync)
+        # The paths an append names, made once for the sessions in use (two Path objects an append otherwise).
+        self._append_paths = functools.lru_cache(maxsize=OPEN_FILES)(self._paths_of)
         self._corrupt: list[CorruptEntry] = []
         self.journal = Journal(self.datadir.root / "index" / JOURNAL_NAME, self.ops, sync=sync)
         self._checkpoint_interval = checkpoint_interval
@@ -393,17 +396,17 @@ class FileBackend:
             raise StaleHead(f'session "{key.id}" has {len(live.log)} events, not the {staged.base_count} staged on')
         self.remembered.check_free(remember)
         placed = await self._write_records([(record, _digest_of(staged, record)) for record in remember])
-        space = self.datadir.space(key.tenant)
-        await self._writer.append(
-            space.log_path(key.id),
-            staged.lines,
-            instance=live.header.instance,
-            cut_record=space.index / f"{key.id}{CUT_SUFFIX}",
-        )
+        log_path, cut_record = self._append_paths(key)
+        await self._writer.append(log_path, staged.lines, instance=live.header.instance, cut_record=cut_record)
         live.log.commit(staged)
         self.remembered.keep(placed)
         if self._checkpointer is not None:
             self._checkpointer.touch(live)
+
+    def _paths_of(self, key: SessionKey) -> tuple[Path, Path]:
+        """The session's file and its cut record."""
+        space = self.datadir.space(key.tenant)
+        return space.log_path(key.id), space.index / f"{key.id}{CUT_SUFFIX}"
 
     # -- delete ----------------------------------------------------------------------------------------------------
 

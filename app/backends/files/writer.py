@@ -98,6 +98,7 @@ class AppendWriter:
             self._unclean.pop(path, None)
         with self._wakeup:
             self._forgotten.append(path)
+            self._wakeup.notify()
 
     def close(self) -> None:
         with self._wakeup:
@@ -117,14 +118,15 @@ class AppendWriter:
     def _run(self) -> None:
         while True:
             with self._wakeup:
-                while not self._queue and not self._closed:
+                while not self._queue and not self._forgotten and not self._closed:
                     self._wakeup.wait()
-                if not self._queue and self._closed:
+                if not self._queue and not self._forgotten and self._closed:
                     return
                 batch, self._queue = self._queue, []
             try:
-                self._close_forgotten()
-                self._round(batch)
+                self._close_forgotten()  # at once, even with nothing to write: a deleted file's space comes back
+                if batch:
+                    self._round(batch)
             except BaseException as exc:  # a bug: still answer every append (as failed) and keep the writer alive
                 logger.exception("a writer round failed")
                 for item in batch:

@@ -353,8 +353,8 @@ def test_the_writer_survives_an_error_it_did_not_expect(
         await store.create("s", b.turns(1, 1), None)
         await store.create("gone", b.turns(1, 1), None)
         await store.append("gone", b.full_turn(2))  # the writer keeps its file open ...
-        await store.delete("gone")  # ... and closes it at its next round
         fake_os.fault("close", close_once_failing)
+        await store.delete("gone")  # ... and closes it once the file is gone
         await asyncio.wait_for(store.append("s", b.full_turn(2)), 10)
         fake_os.heal("close")
         assert closes["failed"]

@@ -13,14 +13,15 @@ from tests.backends.files.conftest import OpenStore, session_file
 
 
 def open_session_files(data_dir: Path) -> int:
-    sessions = str((data_dir / "sessions").resolve())
+    """Descriptors of this process on session files, those in sessions/ and those a delete moved to tmp/."""
+    folders = tuple(str((data_dir / name).resolve()) + os.sep for name in ("sessions", "tmp"))
     count = 0
     for fd in os.listdir("/proc/self/fd"):
         try:
             target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             continue
-        count += target.startswith(sessions)
+        count += target.startswith(folders)
     return count
 
 
@@ -66,5 +67,22 @@ def test_appends_to_more_sessions_than_it_keeps_open_all_land_and_few_files_stay
         for n in range(sessions):
             assert again.get(f"s{n}").log.lines() == lines[n]
             assert again.get(f"s{n}").view().head.count == len(b.open_turn(1)) + 2
+
+    asyncio.run(run())
+
+
+def test_a_deleted_sessions_file_is_closed_without_waiting_for_another_append(
+    data_dir: Path, open_store: OpenStore
+) -> None:
+    async def run() -> None:
+        store = await open_store(data_dir)
+        await store.create("s", b.open_turn(1), None)
+        await store.append("s", [b.log_only("kept open")])
+        assert open_session_files(data_dir) == 1
+        await store.delete("s")
+        deadline = asyncio.get_running_loop().time() + 5
+        while open_session_files(data_dir) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        assert open_session_files(data_dir) == 0, "the deleted file's space is held until some other append"
 
     asyncio.run(run())

@@ -88,26 +88,23 @@ def canonical_header(line: bytes, session_id: str) -> SessionHeader | None:
     match = _CANONICAL_HEADER.fullmatch(line)
     if match is None:
         return None
-    try:
-        found_id, created_at, cwd, parent, seed_length, origin, depth, preset, instance = (
-            group.decode() if group is not None else None for group in match.groups()
+    found_id, created_at, cwd, parent, seed_length, origin, depth, preset, instance = match.groups()
+    if found_id != session_id.encode():
+        return None
+    try:  # the id, the numbers and the instance are ASCII by the pattern; the free-text fields may be anything
+        return SessionHeader(
+            id=session_id,
+            created_at=int(created_at),
+            instance=instance.decode(),
+            cwd=cwd.decode() if cwd is not None else None,
+            parent_session=parent.decode() if parent is not None else None,
+            seed_length=int(seed_length) if seed_length is not None else None,
+            origin=origin.decode() if origin is not None else None,
+            delegation_depth=int(depth),
+            agent_preset=preset.decode() if preset is not None else None,
         )
     except UnicodeDecodeError:
         return None
-    if found_id != session_id:
-        return None
-    assert created_at is not None and depth is not None and instance is not None
-    return SessionHeader(
-        id=session_id,
-        created_at=int(created_at),
-        instance=instance,
-        cwd=cwd,
-        parent_session=parent,
-        seed_length=int(seed_length) if seed_length is not None else None,
-        origin=origin,
-        delegation_depth=int(depth),
-        agent_preset=preset,
-    )
 
 
 def header_from_record(record: dict[str, Any], session_id: str) -> SessionHeader:

@@ -349,7 +349,7 @@ class Recovery:
         report: RecoveryReport,
     ) -> int:
         """Recover one entry of ``sessions/``; return how many bytes it held."""
-        path = os.path.join(folder, name)
+        path = f"{folder}/{name}"  # a listed name: no separator in it
         session_id = name[: -len(LOG_SUFFIX)] if name.endswith(LOG_SUFFIX) else name
         key = SessionKey(space.tenant, session_id)
         valid_name = name.endswith(LOG_SUFFIX) and ID_PATTERN.fullmatch(session_id) is not None

@@ -8,7 +8,7 @@ own stricter rules (spec 1.4, "Parity with DSH") are added on top.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Set
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +77,37 @@ class LogState:
     pending: Set[Any] = NO_PENDING
     nodes: list[int] = field(default_factory=list)
     nodes_shared: bool = False
+
+    def columns(self) -> list[Any]:
+        """What a store keeps of this state, in a fixed order: all but ``count`` and ``nodes``, which it keeps its
+        own way. The pending calls are sorted (by their text), so that equal states are stored as equal bytes."""
+        return [
+            self.last_time,
+            self.last_type,
+            self.last_turn_end_seq,
+            self.open_turn,
+            self.open_step,
+            self.next_turn,
+            self.next_step,
+            sorted(self.pending, key=str),
+        ]
+
+    @classmethod
+    def of_columns(cls, columns: Sequence[Any], *, count: int, nodes: list[int] | None = None) -> LogState:
+        """The state whose :meth:`columns` these are, after ``count`` events (with ``nodes``, if known)."""
+        last_time, last_type, last_turn_end_seq, open_turn, open_step, next_turn, next_step, pending = columns
+        return cls(
+            count=count,
+            last_time=last_time,
+            last_type=known_type(last_type) if isinstance(last_type, str) else last_type,
+            last_turn_end_seq=last_turn_end_seq,
+            open_turn=open_turn,
+            open_step=open_step,
+            next_turn=next_turn,
+            next_step=next_step,
+            pending=frozenset(pending) if pending else NO_PENDING,
+            nodes=nodes if nodes is not None else [],
+        )
 
     def staged(self) -> LogState:
         pending = self.pending

@@ -60,6 +60,11 @@ class Checkpoint:
     next_step: Any
     pending: frozenset[Any]
 
+    def columns(self) -> list[Any]:
+        """What a store keeps of it (read back by :func:`checkpoint`), the pending calls sorted as
+        :meth:`LogState.columns` sorts them."""
+        return [self.next_turn, self.next_step, sorted(self.pending, key=str)]
+
 
 # Checkpoints repeat across sessions (every session's first turn ends the same way): each value is kept once.
 _CHECKPOINTS: dict[Checkpoint, Checkpoint] = {}

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 import orjson
 
-from app.domain.events import LogState, known_type
+from app.domain.events import LogState
 from app.domain.log import Buffer, Checkpoint, LogDelta, LogParts, SessionLog, checkpoint
 from app.domain.session import LogHead, SessionKey, head_of
 
@@ -85,20 +85,7 @@ def encode_record(key: SessionKey, instance: str, delta: LogDelta, digests: byte
     """The checkpoint record of what ``delta`` holds (``delta.body_from`` must be a block boundary), as pieces (the
     columns' are views of ``delta``'s: a large log's record is never copied whole); ``digests`` are its blocks' when
     they are known already (else they are computed from ``delta.body``)."""
-    state = delta.state
-    description = orjson.dumps(
-        [
-            state.last_time,
-            state.last_type,
-            state.last_turn_end_seq,
-            state.open_turn,
-            state.open_step,
-            state.next_turn,
-            state.next_step,
-            sorted(state.pending),
-            [[point.next_turn, point.next_step, sorted(point.pending)] for point in delta.checkpoints],
-        ]
-    )
+    description = orjson.dumps([*delta.state.columns(), [point.columns() for point in delta.checkpoints]])
     tenant, session_id, incarnation = key.tenant.encode(), key.id.encode(), instance.encode()
     width = 2 if delta.start == 0 and delta.body_stop < NARROW_BYTES and delta.stop < NARROW_BYTES else 8
     ends = _column(delta.ends, width)
@@ -230,20 +217,8 @@ class Record:
 
 def _described(description: Buffer, count: int) -> tuple[LogState, list[Checkpoint]]:
     """The state and the checkpoints a record's description says (``count`` events)."""
-    last_time, last_type, last_turn_end_seq, open_turn, open_step, next_turn, next_step, pending, points = orjson.loads(
-        description
-    )
-    state = LogState(
-        count=count,
-        last_time=last_time,
-        last_type=known_type(last_type) if isinstance(last_type, str) else last_type,
-        last_turn_end_seq=last_turn_end_seq,
-        open_turn=open_turn,
-        open_step=open_step,
-        next_turn=next_turn,
-        next_step=next_step,
-        pending=frozenset(pending),
-    )
+    *columns, points = orjson.loads(description)
+    state = LogState.of_columns(columns, count=count)
     return state, [checkpoint(turn, step, frozenset(calls)) for turn, step, calls in points]
 
 

@@ -16,49 +16,26 @@ import orjson
 
 from app.domain.events import LogState
 from app.domain.history import SurfaceChange
-from app.domain.log import Checkpoint
+from app.domain.log import Checkpoint, checkpoint
 
 __all__ = ["apply_surface", "decode_checkpoint", "decode_state", "encode_checkpoint", "encode_state", "fork_state"]
 
 
 def encode_state(state: LogState) -> str:
-    return orjson.dumps(
-        [
-            state.last_time,
-            state.last_type,
-            state.last_turn_end_seq,
-            state.open_turn,
-            state.open_step,
-            state.next_turn,
-            state.next_step,
-            sorted(state.pending, key=str),
-        ]
-    ).decode()
+    return orjson.dumps(state.columns()).decode()
 
 
 def decode_state(text: str, count: int, nodes: list[int]) -> LogState:
-    last_time, last_type, last_turn_end_seq, open_turn, open_step, next_turn, next_step, pending = orjson.loads(text)
-    return LogState(
-        count=count,
-        last_time=last_time,
-        last_type=last_type,
-        last_turn_end_seq=last_turn_end_seq,
-        open_turn=open_turn,
-        open_step=open_step,
-        next_turn=next_turn,
-        next_step=next_step,
-        pending=set(pending),
-        nodes=nodes,
-    )
+    return LogState.of_columns(orjson.loads(text), count=count, nodes=nodes)
 
 
-def encode_checkpoint(checkpoint: Checkpoint) -> str:
-    return orjson.dumps([checkpoint.next_turn, checkpoint.next_step, sorted(checkpoint.pending, key=str)]).decode()
+def encode_checkpoint(point: Checkpoint) -> str:
+    return orjson.dumps(point.columns()).decode()
 
 
 def decode_checkpoint(text: str) -> Checkpoint:
     next_turn, next_step, pending = orjson.loads(text)
-    return Checkpoint(next_turn, next_step, frozenset(pending))
+    return checkpoint(next_turn, next_step, frozenset(pending))
 
 
 def fork_state(count: int, last_time: Any, checkpoint: Checkpoint) -> LogState:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["SurfaceChange", "fold_surface", "project_message"]
@@ -10,12 +11,14 @@ __all__ = ["SurfaceChange", "fold_surface", "project_message"]
 SurfaceChange = tuple[int, int, int]
 
 
-def fold_surface(ops: list[SurfaceChange]) -> list[int]:
-    """The current surface nodes (seqs in model order) after applying ``ops`` in order.
+def fold_surface(ops: Iterable[SurfaceChange], nodes: list[int] | None = None) -> list[int]:
+    """The current surface nodes (seqs in model order) after applying ``ops`` in order to ``nodes`` (none if not
+    given; the list is changed in place and returned).
 
     The ops were validated when their events were stored, so every replace names current nodes.
     """
-    nodes: list[int] = []
+    if nodes is None:
+        nodes = []
     for seq, start, end in ops:
         if start < 0:
             nodes.append(seq)

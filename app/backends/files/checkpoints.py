@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 import orjson
 
 from app.domain.events import LogState
+from app.domain.history import fold_surface
 from app.domain.log import Buffer, Checkpoint, LogDelta, LogParts, SessionLog, checkpoint
 from app.domain.session import LogHead, SessionKey, head_of
 
@@ -367,15 +368,7 @@ class Chain:
 
 def _fold(surface: Sequence[int]) -> list[int]:
     """The surface nodes after the changes (flat ``seq, start, end`` triples), in order."""
-    nodes: list[int] = []
-    for at in range(0, len(surface), 3):
-        seq, start, end = surface[at], surface[at + 1], surface[at + 2]
-        if start < 0:
-            nodes.append(seq)
-        else:
-            start_at, end_at = nodes.index(start), nodes.index(end)
-            nodes[start_at : end_at + 1] = [seq]
-    return nodes
+    return fold_surface(zip(surface[0::3], surface[1::3], surface[2::3], strict=True))
 
 
 def encode_merged(key: SessionKey, instance: str, parts: LogParts, body_stop: int, digests: bytes) -> list[Buffer]:

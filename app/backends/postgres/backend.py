@@ -39,11 +39,11 @@ from app.backends.postgres.pool import (
 )
 from app.backends.postgres.rows import Rows
 from app.backends.postgres.schema import migrate
-from app.backends.postgres.state import apply_surface, decode_checkpoint, decode_state, encode_state, fork_state
+from app.backends.postgres.state import decode_checkpoint, decode_state, encode_state, fork_state
 from app.backends.postgres.sweep import sweep_once
 from app.backends.postgres.tips import CachedTip, StoredTip, TipCache
 from app.domain.events import LogState
-from app.domain.history import SurfaceChange, project_message
+from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.ids import new_instance
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import HEADER_FIELDS, Session, SessionHeader, SessionKey, head_of
@@ -325,7 +325,7 @@ class PostgresBackend:
             if at_seq is None or at_seq >= count - 1:
                 nodes = (await self._fresh(conn, key, row, chain)).state.nodes
             else:
-                nodes = apply_surface([], await self._surface(conn, chain, 0, at_seq + 1))
+                nodes = fold_surface(await self._surface(conn, chain, 0, at_seq + 1))
             events = await self._events_at(conn, chain, nodes)
         messages = []
         for seq in nodes:
@@ -353,9 +353,9 @@ class PostgresBackend:
         if cached is not None and cached.log == log and cached.state.count <= count:
             nodes = list(cached.state.nodes)
             if cached.state.count < count:
-                apply_surface(nodes, await self._surface(conn, chain, cached.state.count, count))
+                fold_surface(await self._surface(conn, chain, cached.state.count, count), nodes)
         else:
-            nodes = apply_surface([], await self._surface(conn, chain, 0, count))
+            nodes = fold_surface(await self._surface(conn, chain, 0, count))
         state = decode_state(row["state"], count, nodes)
         entry = CachedTip(Session(key, _header_of(key.id, row), head_of(state)), log, state)
         self._tips.put(key, entry)

@@ -9,16 +9,14 @@ seed's length. The values are DSH's JavaScript values (numbers stay ints or floa
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import orjson
 
 from app.domain.events import LogState
-from app.domain.history import SurfaceChange
 from app.domain.log import Checkpoint, checkpoint
 
-__all__ = ["apply_surface", "decode_checkpoint", "decode_state", "encode_checkpoint", "encode_state", "fork_state"]
+__all__ = ["decode_checkpoint", "decode_state", "encode_checkpoint", "encode_state", "fork_state"]
 
 
 def encode_state(state: LogState) -> str:
@@ -51,14 +49,3 @@ def fork_state(count: int, last_time: Any, checkpoint: Checkpoint) -> LogState:
         next_step=checkpoint.next_step,
         pending=set(checkpoint.pending),
     )
-
-
-def apply_surface(nodes: list[int], changes: Iterable[SurfaceChange]) -> list[int]:
-    """``nodes`` after ``changes`` in order (as :func:`app.domain.history.fold_surface` folds them from none)."""
-    for seq, start, end in changes:
-        if start < 0:
-            nodes.append(seq)
-        else:
-            start_at, end_at = nodes.index(start), nodes.index(end)
-            nodes[start_at : end_at + 1] = [seq]
-    return nodes

@@ -257,3 +257,15 @@ def test_export_from_postgresql_writes_every_event_of_any_session_as_served(
         for session in ("parent", "child", "noted", "mid")
     }
     check_export_is_what_was_served(Path(), ["--database-url", forklog_db], served)
+
+
+def test_export_and_import_give_up_at_once_on_a_database_that_cannot_be_reached(tmp_path: Path) -> None:
+    nowhere = "postgresql://forklog:hunter2@127.0.0.1:1/forklog"  # port 1: nothing listens
+    log = tmp_path / "one.jsonl"
+    log.write_bytes(b'{"type":"session","version":0,"id":"one","createdAt":1}\n')
+    for args in (("export", "one"), ("import", str(log))):
+        done = run_app(*args, "--database-url", nowhere, timeout=15)  # a service would wait for the database
+        assert done.returncode == 1, done.stderr
+        said = f"forklog {args[0]}: cannot reach the database postgresql://forklog:***@127.0.0.1:1/forklog"
+        assert said in done.stderr
+        assert "hunter2" not in done.stderr and "Traceback" not in done.stderr

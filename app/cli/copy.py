@@ -3,8 +3,11 @@
 SRC and DST are each a data directory or a ``postgresql://`` URL. Each session keeps its id, tenant, ``createdAt``,
 ``instance``, lineage and the exact bytes of its events (a log is rebuilt from the source's lines, checked as a seed
 is, and copied only if it gives back those very bytes). First every source session is looked up in DST: an id taken
-there stops the copy before anything is written, unless ``--skip-existing`` (then those are left as they are). A
-data directory is opened as a start opens it (so not while a service owns it); a database must be reachable.
+there stops the copy before anything is written, unless ``--skip-existing`` (then those are left as they are).
+
+SRC is only read (:mod:`app.cli.stores`): nothing of it changes, a data directory may be read-only, and one that does
+not exist or holds no forklog store is refused before DST is touched. A data directory is refused while a service
+owns it (SRC and DST alike); a database must be reachable.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from app.backends.base import Backend
 from app.backends.errors import AlreadyExists, SessionCorrupt, StorageError
 from app.backends.files import FileBackend
 from app.backends.files.codec import loads_stored
-from app.backends.postgres import PostgresBackend, redact
+from app.backends.postgres import PostgresBackend
+from app.cli.stores import ReadableStore, describe, readable_store
 from app.domain.errors import EventRejected
 from app.domain.log import SessionLog
 from app.domain.session import Session, SessionKey
@@ -56,20 +60,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def describe(place: str) -> str:
-    return redact(place) if "://" in place else place
+def check_place(place: str) -> None:
+    if "://" in place and not place.startswith("postgresql://"):
+        raise CopyFailed(f"{describe(place)} is neither a data directory nor a postgresql:// URL")
 
 
 def open_store(place: str) -> Backend:
-    """The backend of ``place``, not opened yet (a data directory is locked here)."""
+    """The backend DST names, not opened yet (a data directory is locked here, and made if it is missing)."""
+    check_place(place)
     if place.startswith("postgresql://"):
         return PostgresBackend(place, clock=wall_clock_ms, wait=False)
-    if "://" in place:
-        raise CopyFailed(f"{describe(place)} is neither a data directory nor a postgresql:// URL")
     return FileBackend(Path(place), clock=wall_clock_ms, sync=True)
 
 
-async def sessions_of(store: Backend) -> list[Session]:
+def same_place(source: str, target: str) -> bool:
+    if "://" in source or "://" in target:
+        return source == target
+    return Path(source).resolve() == Path(target).resolve()
+
+
+async def sessions_of(store: ReadableStore) -> list[Session]:
     """Every live session of every tenant, in creation order (so the copies' createdAt clock follows them)."""
     found: list[Session] = []
     for tenant in await store.tenants():
@@ -95,7 +105,7 @@ def _events_of(lines: bytes) -> list[Any]:
     return [loads_stored(line)[0] for line in lines[:-1].split(b"\n")]
 
 
-async def log_of(store: Backend, session: Session) -> SessionLog:
+async def log_of(store: ReadableStore, session: Session) -> SessionLog:
     """The session's log rebuilt from its stored lines, a window at a time; CopyFailed if it would not give back
     the same bytes."""
     log = SessionLog()
@@ -123,7 +133,7 @@ class CopyReport:
 
 
 async def copy_sessions(
-    source: Backend,
+    source: ReadableStore,
     target: Backend,
     *,
     skip_existing: bool,
@@ -166,8 +176,10 @@ async def copy_sessions(
 
 
 async def _copy(arguments: argparse.Namespace) -> CopyReport:
-    source = open_store(arguments.source)
+    check_place(arguments.source)
+    source = readable_store(arguments.source)
     try:
+        await source.open()  # SRC is read (or refused) before DST is made or locked
         target = open_store(arguments.target)
     except BaseException:
         await source.close()
@@ -184,7 +196,6 @@ async def _copy(arguments: argparse.Namespace) -> CopyReport:
             transient=True,
         )
     try:
-        await source.open()
         await target.open()
         with bar as shown:
             task = shown.add_task("copy", total=None) if shown is not None else None
@@ -200,7 +211,7 @@ async def _copy(arguments: argparse.Namespace) -> CopyReport:
 
 
 def run(arguments: argparse.Namespace) -> int:
-    if arguments.source == arguments.target:
+    if same_place(arguments.source, arguments.target):
         sys.exit("forklog copy: --from and --to name the same store")
     try:
         report = asyncio.run(_copy(arguments))

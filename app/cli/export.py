@@ -1,9 +1,11 @@
 """``python -m app export ID [--tenant T]`` (spec 10): a session's DSH log (its header line, then its event lines)
 to standard output.
 
-It opens the store through the seam (:func:`app.api.app.open_backend`), so it works on any backend; on the file
-backend it takes the data directory's lock, so it refuses while a service owns the directory. ``--salvage`` (the
-file backend only) writes what a damaged session holds before its damage, for the README's repair walk.
+It writes every event the session holds, whatever the last one is (an open turn, a log-only event after its
+``turn/end``): the same lines ``GET /sessions/{id}/events`` serves. A data directory is only read (see
+:mod:`app.cli.stores`): nothing of it changes, it may be read-only, and it is refused while a service owns it.
+``--salvage`` (a data directory only) writes what a damaged session holds before its damage, for the README's
+repair walk.
 """
 
 from __future__ import annotations
@@ -14,23 +16,21 @@ import logging
 import sys
 from typing import BinaryIO
 
-from app.api.app import open_backend
-from app.backends.base import Backend
 from app.backends.errors import SessionCorrupt, StorageError
-from app.backends.files import FileBackend
 from app.backends.files.codec import encode_header
-from app.backends.files.recovery import CorruptLog, salvage_log
+from app.backends.files.reader import FileReader
+from app.backends.files.recovery import CorruptLog
 from app.cli.store_flags import add_store_flags, store_settings
+from app.cli.stores import ReadableStore, store_of_settings
 from app.domain.errors import InvalidId
 from app.domain.ids import check_id
 from app.domain.session import DEFAULT_TENANT, SessionKey
-from app.service.sessions import wall_clock_ms
 
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
 
 DESCRIPTION = (
-    "Write a session's DSH log (its header line, then its events) to standard output. On the file backend it "
-    "refuses while a service owns the data directory."
+    "Write a session's DSH log (its header line, then all its events, whatever the last one is) to standard "
+    "output. A data directory is only read, never changed; it is refused while a service owns it."
 )
 
 
@@ -54,21 +54,21 @@ def run(arguments: argparse.Namespace) -> int:
     settings = store_settings(arguments)
     logging.getLogger("forklog.storage").disabled = True  # a damaged session is said once, below
     try:
-        backend = open_backend(settings)
+        store = store_of_settings(settings)
     except StorageError as exc:
         print(f"forklog export: {exc}", file=sys.stderr)
         return 1
-    return asyncio.run(_export(backend, key, sys.stdout.buffer, salvage=arguments.salvage))
+    return asyncio.run(_export(store, key, sys.stdout.buffer, salvage=arguments.salvage))
 
 
-async def _export(backend: Backend, key: SessionKey, out: BinaryIO, *, salvage: bool) -> int:
+async def _export(store: ReadableStore, key: SessionKey, out: BinaryIO, *, salvage: bool) -> int:
     try:
-        await backend.open()
+        await store.open()
         try:
-            session = await backend.find(key)
+            session = await store.find(key)
         except SessionCorrupt as damaged:
-            if salvage and isinstance(backend, FileBackend):
-                return _salvage(backend, key, out)
+            if salvage and isinstance(store, FileReader):
+                return _salvage(store, key, out)
             print(
                 f"forklog export: session {key.id!r} is damaged ({damaged.facts.get('reason')}); --salvage writes what "
                 "it holds"
@@ -80,7 +80,8 @@ async def _export(backend: Backend, key: SessionKey, out: BinaryIO, *, salvage: 
             print(f"forklog export: there is no session {key.id!r} (tenant {key.tenant!r})", file=sys.stderr)
             return 1
         out.write(encode_header(session.header))
-        async for piece in backend.chunks(key, session.header.instance, session.head.count):
+        # Every event, the last one whatever it is (not a snapshot's seed, which must end at a turn/end).
+        async for piece in store.chunks(key, session.header.instance, session.head.count):
             out.write(piece)
         out.flush()
         return 0
@@ -88,13 +89,13 @@ async def _export(backend: Backend, key: SessionKey, out: BinaryIO, *, salvage: 
         print(f"forklog export: {exc}", file=sys.stderr)
         return 1
     finally:
-        await backend.close()
+        await store.close()
 
 
-def _salvage(backend: FileBackend, key: SessionKey, out: BinaryIO) -> int:
-    path = backend.datadir.log_path(key)
+def _salvage(store: FileReader, key: SessionKey, out: BinaryIO) -> int:
+    path = store.log_path(key)
     try:
-        header, log, reason = salvage_log(key.id, path.read_bytes(), now=wall_clock_ms())
+        header, log, reason = store.salvage(key)
     except CorruptLog as exc:
         print(f"forklog export: nothing to salvage from {path}: {exc.reason}", file=sys.stderr)
         return 1

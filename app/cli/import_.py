@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.api.app import open_backend
 from app.backends.base import Backend
 from app.backends.errors import AlreadyExists, SessionCorrupt, StorageError
 from app.backends.files.codec import MalformedRecord, decode_line, header_from_record, header_problem, parse_line
 from app.cli.store_flags import add_store_flags, store_settings
+from app.cli.stores import writable_store_of_settings
 from app.domain.errors import InvalidId, SessionError
 from app.domain.ids import check_id, new_instance
 from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
@@ -93,7 +93,7 @@ def run(arguments: argparse.Namespace) -> int:
         return 1
     settings = store_settings(arguments)
     try:
-        backend = open_backend(settings)
+        backend = writable_store_of_settings(settings)
     except StorageError as exc:
         print(f"forklog import: {exc}", file=sys.stderr)
         return 1

@@ -3,7 +3,8 @@
 It takes no lock and writes nothing (no torn tail is cut, no leftover removed, no checkpoint written), so it may
 run beside a running service. It prints one line per damaged file (``path: reason``, the reason ``/readyz`` gives)
 and a summary, ``N sessions, M events, B bytes, K damaged``; it exits 1 when anything is damaged, 2 when it cannot
-verify at all (no such data directory). On a terminal a progress bar goes to standard error.
+verify at all (no such data directory, or one that holds no forklog store). On a terminal a progress bar goes to
+standard error.
 """
 
 from __future__ import annotations
@@ -13,14 +14,9 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from app.backends.errors import StorageError
-from app.backends.files.cuts import CutRecords
-from app.backends.files.datadir import DataDir
-from app.backends.files.fileops import FileKind, FileOps
-from app.backends.files.journal import JOURNAL_NAME, Journal
-from app.backends.files.recovery import Recovery
+from app.backends.files.reader import FileReader
 from app.cli.store_flags import add_store_flags, store_settings
 from app.service.sessions import wall_clock_ms
 
@@ -43,28 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(arguments: argparse.Namespace) -> int:
     settings = store_settings(arguments)
-    root = Path(settings.data_dir).absolute()
-    ops = FileOps()
-    if ops.kind(root) != FileKind.DIRECTORY:
-        print(f"forklog verify: there is no data directory at {root}", file=sys.stderr)
-        return 2
     # The damage is the output; the storage log would say it a second time on standard error.
     logging.getLogger("forklog.storage").disabled = True
     try:
-        datadir = DataDir(root, ops, sync=False, create=False)
-        journal = None if arguments.full else Journal(root / "index" / JOURNAL_NAME, ops, sync=False)
-        recovery = Recovery(
-            datadir,
-            ops,
-            CutRecords(ops, sync=False),
-            now=wall_clock_ms(),
-            repair=False,
-            sync=False,
-            journal=journal,
-            keep=False,
-        )
-        with _progress(recovery.count_files() if sys.stdout.isatty() else 0) as advance:
-            report = recovery.run(advance)
+        reader = FileReader(settings.data_dir, clock=wall_clock_ms, checkpoints=not arguments.full)
+        with _progress(reader.count_files() if sys.stdout.isatty() else 0) as advance:
+            report = reader.verify(advance)
     except StorageError as exc:
         print(f"forklog verify: {exc}", file=sys.stderr)
         return 2

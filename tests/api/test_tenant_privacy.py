@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from app.api.keys_file import KeysFileError
+from app.backends.base import Backend
 from app.backends.files import FileBackend
+from app.backends.postgres import PostgresBackend
 from app.domain.access import ApiKey, Scope, digest_of, key_line, new_secret
 from tests.api.conftest import AppFactory, ClientFactory
 from tests.api.helpers import assert_problem
@@ -29,12 +31,17 @@ def keys(tmp_path: Path) -> Keys:
     return write_keys(tmp_path / "keys.jsonl", WRITERS)
 
 
-@pytest.mark.files_only
+def stopped_backend(store: str, data_dir: Path, request: pytest.FixtureRequest) -> Backend:
+    """The test's store with a clock that stands still: a createdAt is then 1 + the largest one of its clock."""
+    if store == "postgres":
+        return PostgresBackend(request.getfixturevalue("forklog_db"), clock=lambda: NOW)
+    return FileBackend(data_dir, clock=lambda: NOW, sync=False)
+
+
 def test_another_tenants_creates_never_move_a_tenants_created_at(
-    make_client: ClientFactory, keys: Keys, data_dir: Path
+    make_client: ClientFactory, keys: Keys, data_dir: Path, store: str, request: pytest.FixtureRequest
 ) -> None:
-    # A clock that stands still: a createdAt is then 1 + the largest one of the clock it is taken from.
-    client = make_client(backend=FileBackend(data_dir, clock=lambda: NOW, sync=False), keys_file=keys.path)
+    client = make_client(backend=stopped_backend(store, data_dir, request), keys_file=keys.path)
 
     def create(caller: str, session_id: str) -> int:
         made = client.post("/sessions", json={"id": session_id}, headers=keys.auth(caller))

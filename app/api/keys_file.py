@@ -10,11 +10,12 @@ a reload changes nothing: the keys in force stay, and the error is logged with t
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
 from pathlib import Path
 
-from app.domain.access import ApiKey, BadKeyLine, KeyRing, key_line, parse_keys
+from app.domain.access import ApiKey, BadKeyLine, KeyRing, case_clash, key_line, parse_keys
 
 __all__ = ["POLL_SECONDS", "KeysFile", "KeysFileError", "append_key"]
 
@@ -90,17 +91,57 @@ def _identity_or_none(path: Path) -> Identity | None:
 
 
 def append_key(path: Path, key: ApiKey) -> None:
-    """Add ``key``'s line to the file (made with mode 0600 if absent), synced; refused if the file has a bad line or
-    the key's id is taken."""
-    existing = read_keys(path) if path.exists() else []
+    """Add ``key``'s line to the file (made with mode 0600 if absent), synced; refused if the file has a bad line,
+    the key's id is taken, or its tenant differs from another key's only in letter case.
+
+    The check and the append hold an exclusive ``flock`` on the file itself: two ``keys new`` at once with one id
+    write it once (the second finds it), where an unlocked check-then-append let both write it and made every later
+    read of the file fail. A file replaced (renamed over) while waiting for the lock is opened again.
+    """
+    while True:
+        descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            if _is_still(path, descriptor):
+                _append_locked(path, descriptor, key)
+                return
+        finally:
+            os.close(descriptor)  # releases the lock, after the line is synced
+
+
+def _is_still(path: Path, descriptor: int) -> bool:
+    """Whether ``path`` still names the file open as ``descriptor``."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(descriptor)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+def _append_locked(path: Path, descriptor: int, key: ApiKey) -> None:
+    text = _read_all(descriptor)
+    try:
+        existing = parse_keys(text)
+    except BadKeyLine as exc:
+        raise KeysFileError(f"keys file {path}: {exc}") from None
     if any(other.id == key.id for other in existing):
         raise KeysFileError(f"keys file {path}: a key with id {key.id!r} exists; pick another --id")
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        line = key_line(key)
-        if os.fstat(descriptor).st_size and not path.read_bytes().endswith(b"\n"):
-            line = b"\n" + line
-        os.write(descriptor, line)
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    clash = case_clash(key.tenant, {other.tenant.casefold(): other.tenant for other in existing})
+    if clash is not None:
+        raise KeysFileError(f"keys file {path}: {clash}")
+    line = key_line(key)
+    if text and not text.endswith(b"\n"):
+        line = b"\n" + line
+    while line:
+        line = line[os.write(descriptor, line) :]
+    os.fsync(descriptor)
+
+
+def _read_all(descriptor: int) -> bytes:
+    chunks: list[bytes] = []
+    offset = 0
+    while chunk := os.pread(descriptor, 1 << 16, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)

@@ -1,8 +1,9 @@
 """The live sessions one process holds in memory, for the backends that keep every log in memory (memory, files).
 
 Sessions are found by key, listed in creation order per tenant (and per parent, for lineage), and given their
-``createdAt``: max(now, 1 + the largest one this process has loaded or assigned), corrupt sessions' included, so
-creation order holds even if the clock steps back.
+``createdAt``: max(now, 1 + the largest one this process has loaded or assigned *for that tenant*), corrupt sessions'
+included, so creation order holds even if the clock steps back. The clock is per tenant (spec 9): a shared one would
+let a tenant count another's creates from the gaps between its own ``createdAt`` values.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class _Ordered:
 
 
 class Catalog:
-    """Live and corrupt sessions by key, and the ``createdAt`` clock."""
+    """Live and corrupt sessions by key, and each tenant's ``createdAt`` clock."""
 
     def __init__(self, clock: Callable[[], int]) -> None:
         self._clock = clock
@@ -112,7 +113,7 @@ class Catalog:
         self._corrupt: dict[SessionKey, str] = {}
         self._by_tenant: dict[str, _Ordered] = {}
         self._by_parent: dict[tuple[str, str], _Ordered] = {}
-        self._max_created_at = -1
+        self._max_created_at: dict[str, int] = {}  # by tenant
 
     def __len__(self) -> int:
         return len(self._live)
@@ -130,25 +131,30 @@ class Catalog:
     def __iter__(self) -> Iterator[LiveSession]:
         return iter(list(self._live.values()))
 
-    def stamp(self) -> int:
-        """A new session's ``createdAt``."""
-        self._max_created_at = max(self._clock(), self._max_created_at + 1)
-        return self._max_created_at
+    def stamp(self, tenant: str) -> int:
+        """A new session's ``createdAt`` in ``tenant``."""
+        created_at = self._max_created_at[tenant] = max(self._clock(), self._max_created_at.get(tenant, -1) + 1)
+        return created_at
 
     def new_header(self, key: SessionKey, instance: str, lineage: Mapping[str, Any]) -> SessionHeader:
-        return SessionHeader(id=key.id, created_at=self.stamp(), instance=instance, **lineage)
+        return SessionHeader(id=key.id, created_at=self.stamp(key.tenant), instance=instance, **lineage)
+
+    def _saw(self, tenant: str, created_at: int) -> None:
+        """Later creates in ``tenant`` follow ``created_at``."""
+        if created_at > self._max_created_at.get(tenant, -1):
+            self._max_created_at[tenant] = created_at
 
     def add(self, live: LiveSession) -> None:
         self._live[live.key] = live
         self._index(live, sort=True)
-        self._max_created_at = max(self._max_created_at, live.header.created_at)
+        self._saw(live.key.tenant, live.header.created_at)
 
     def load(self, sessions: Iterable[LiveSession]) -> None:
         """Add many sessions at once (a start): sorted once at the end instead of one insertion each."""
         for live in sessions:
             self._live[live.key] = live
             self._index(live, sort=False)
-            self._max_created_at = max(self._max_created_at, live.header.created_at)
+            self._saw(live.key.tenant, live.header.created_at)
         for ordered in (*self._by_tenant.values(), *self._by_parent.values()):
             ordered.sessions.sort(key=_order_of)
 
@@ -179,7 +185,7 @@ class Catalog:
         """Keep a damaged session out of service; its ``created_at`` (if its header was read) still counts."""
         self._corrupt[key] = reason
         if created_at is not None:
-            self._max_created_at = max(self._max_created_at, created_at)
+            self._saw(key.tenant, created_at)
 
     def page(self, tenant: str, *, parent: str | None, after: OrderKey | None, limit: int) -> list[LiveSession]:
         ordered = self._by_tenant.get(tenant) if parent is None else self._by_parent.get((tenant, parent))

@@ -2,7 +2,8 @@
 
 The key (256 random bits) is printed once on stdout and never stored: its keys file line holds its SHA-256. The line
 is appended to ``--keys-file`` (default: ``FORKLOG_KEYS_FILE``; the file is made with mode 0600), or printed on
-stderr when neither names a file. A running service takes the new key within seconds, without a restart.
+stderr when neither names a file. A running service takes the new key within seconds, without a restart. Runs at
+once never write one id twice: each checks and appends holding a lock on the file.
 """
 
 from __future__ import annotations

@@ -20,7 +20,17 @@ import orjson
 
 from app.domain.ids import is_valid_id
 
-__all__ = ["ApiKey", "BadKeyLine", "KeyRing", "Scope", "digest_of", "key_line", "new_secret", "parse_keys"]
+__all__ = [
+    "ApiKey",
+    "BadKeyLine",
+    "KeyRing",
+    "Scope",
+    "case_clash",
+    "digest_of",
+    "key_line",
+    "new_secret",
+    "parse_keys",
+]
 
 # 256 random bits, URL-safe (a key goes in an Authorization header, or in ?access_token= for a stream).
 SECRET_BYTES = 32
@@ -88,10 +98,12 @@ def _key_from(record: Any, line: int) -> ApiKey:
 
 def parse_keys(text: bytes) -> list[ApiKey]:
     """Every key of a keys file (blank lines skipped), or :class:`BadKeyLine` for the first line that is not one:
-    malformed, or repeating an id or a digest of an earlier line."""
+    malformed, repeating an id or a digest of an earlier line, or naming a tenant that differs from an earlier
+    line's only in letter case."""
     keys: list[ApiKey] = []
     ids: set[str] = set()
     digests: set[str] = set()
+    tenants: dict[str, str] = {}  # folded name -> the spelling of its first line
     for number, raw in enumerate(text.split(b"\n"), start=1):
         if not raw.strip():
             continue
@@ -104,10 +116,26 @@ def parse_keys(text: bytes) -> list[ApiKey]:
             raise BadKeyLine(number, f"id {key.id!r} is already the id of an earlier line")
         if key.sha256 in digests:
             raise BadKeyLine(number, "the same key (sha256) is already on an earlier line")
+        clash = case_clash(key.tenant, tenants)
+        if clash is not None:
+            raise BadKeyLine(number, clash)
+        tenants.setdefault(key.tenant.casefold(), key.tenant)
         ids.add(key.id)
         digests.add(key.sha256)
         keys.append(key)
     return keys
+
+
+def case_clash(tenant: str, known: Mapping[str, str]) -> str | None:
+    """Why ``tenant`` cannot join the tenants ``known`` (folded name -> spelling), or None: two names equal but for
+    letter case would share one folder on a case-insensitive file system (macOS, Docker Desktop bind mounts)."""
+    spelling = known.get(tenant.casefold())
+    if spelling is None or spelling == tenant:
+        return None
+    return (
+        f"tenant {tenant!r} differs from the tenant {spelling!r} of another key only in letter case (they would "
+        f"share one folder on a case-insensitive file system): spell it {spelling!r}"
+    )
 
 
 def key_line(key: ApiKey) -> bytes:

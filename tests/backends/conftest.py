@@ -29,12 +29,13 @@ def anyio_backend() -> str:
 @dataclass
 class BackendFactory:
     """Opens a backend of one kind on one store (a data directory, or a database for ``postgres``); ``reopen``
-    closes it and opens it again."""
+    closes it and opens it again. ``clock`` is the backends' clock (epoch ms); a test may stop or turn it back."""
 
     kind: str
     place: Path
     database_url: str | None = None
     opened: list[Backend] = field(default_factory=list)
+    clock: Callable[[], int] = wall_clock_ms
 
     @property
     def durable(self) -> bool:
@@ -43,12 +44,12 @@ class BackendFactory:
     async def open(self) -> Backend:
         backend: Backend
         if self.kind == "file":
-            backend = FileBackend(self.place, clock=wall_clock_ms, sync=False)
+            backend = FileBackend(self.place, clock=self.clock, sync=False)
         elif self.kind == "postgres":
             assert self.database_url is not None
-            backend = PostgresBackend(self.database_url, clock=wall_clock_ms)
+            backend = PostgresBackend(self.database_url, clock=self.clock)
         else:
-            backend = MemoryBackend(clock=wall_clock_ms)
+            backend = MemoryBackend(clock=self.clock)
         await backend.open()
         self.opened.append(backend)
         return backend

@@ -129,6 +129,28 @@ async def test_created_at_is_assigned_and_keeps_increasing(backend: Backend) -> 
     assert stamps == sorted(set(stamps))
 
 
+async def created_at(backend: Backend, session_id: str, tenant: str) -> int:
+    await create(backend, session_id, tenant=tenant)
+    found = await backend.find(key(session_id, tenant))
+    assert found is not None
+    return found.header.created_at
+
+
+async def test_created_at_follows_only_the_tenants_own_creates(make_backend: BackendFactory) -> None:
+    # A stopped clock makes every createdAt 1 + the largest one of its clock: a clock shared by the tenants would let
+    # tenant "a" count tenant "b"'s creates from the gap between two of its own.
+    make_backend.clock = lambda: NOW
+    backend = await make_backend.open()
+    assert await created_at(backend, "a1", "a") == NOW
+    assert [await created_at(backend, f"b{n}", "b") for n in range(5)] == [NOW + n for n in range(5)]
+    assert await created_at(backend, "a2", "a") == NOW + 1
+    if make_backend.durable:  # each tenant's clock survives a restart, and still only its own
+        backend = await make_backend.reopen(backend)
+    assert await created_at(backend, "a3", "a") == NOW + 2
+    assert await created_at(backend, "b5", "b") == NOW + 5
+    assert await created_at(backend, "c1", "c") == NOW
+
+
 async def test_a_live_id_cannot_be_created_again(backend: Backend) -> None:
     lines = await create(backend, "s", turn(1))
     with pytest.raises(AlreadyExists):

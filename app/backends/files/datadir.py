@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,8 @@ from app.domain.ids import ID_PATTERN, check_id
 from app.domain.session import DEFAULT_TENANT, SessionKey
 
 __all__ = ["LOG_SUFFIX", "DataDir", "Space"]
+
+logger = logging.getLogger("forklog.storage")
 
 LOG_SUFFIX = ".jsonl"
 LOCK_NAME = "forklog.lock"
@@ -102,10 +105,26 @@ class DataDir:
     # -- spaces ----------------------------------------------------------------------------------------------------
 
     def space(self, tenant: str) -> Space:
-        """The folders of ``tenant``, made on first use (a tenant's name follows the id rule)."""
+        """The folders of ``tenant``, made on first use (a tenant's name follows the id rule).
+
+        A tenant's first create makes its folders while answering a request, and a problem detail names no server
+        path (spec 9): a folder that cannot be used is named in the server log, and refused without its path.
+        """
         space = self._spaces.get(tenant)
         if space is not None:
             return space
+        try:
+            return self._make_space(tenant)
+        except (UnsafeDataDir, StorageUnavailable) as exc:
+            logger.error("the folders of tenant %r cannot be used: %s", tenant, exc.detail)
+            refusal = UnsafeDataDir if isinstance(exc, UnsafeDataDir) else StorageUnavailable
+            raise refusal(
+                f"the data directory cannot hold the sessions of tenant {tenant!r}: one of its folders is not a "
+                "directory or cannot be made (the server log names it)"
+            ) from None
+
+    def _make_space(self, tenant: str) -> Space:
+        """The folders of ``tenant``, made now; errors name the folder (a start shows them to the operator)."""
         if tenant == DEFAULT_TENANT:
             space = Space(tenant, self.root / "sessions", self.root / "index")
         else:
@@ -125,11 +144,11 @@ class DataDir:
 
     def spaces(self) -> list[Space]:
         """Every tenant's folders found on disk, the default tenant first."""
-        found = [self.space(DEFAULT_TENANT)]
+        found = [self._spaces.get(DEFAULT_TENANT) or self._make_space(DEFAULT_TENANT)]
         if self._ops.kind(self.tenants) == FileKind.DIRECTORY:
             for name, kind in self._ops.scandir(self.tenants):
                 if kind == FileKind.DIRECTORY and ID_PATTERN.fullmatch(name) is not None and name != DEFAULT_TENANT:
-                    found.append(self.space(name))
+                    found.append(self._spaces.get(name) or self._make_space(name))
                 elif kind == FileKind.SYMLINK:
                     raise UnsafeDataDir(
                         f"{self.tenants / name} is a symbolic link; forklog never follows one out of its data "

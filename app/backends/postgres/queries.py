@@ -131,9 +131,10 @@ CLAIM_SOURCE = "SELECT log, count FROM forklog_sessions WHERE tenant = $1 AND id
 
 # A new session, one statement: $1 tenant, $2 id, $3 instance, $4 now (or the restored createdAt), $5..$10 the
 # header's optional fields, $11 log, $12 count, $13 state, $14 parent log, $15 parent count, $16..$23 the seed's
-# rows (as in an append; empty when they were copied in before). The createdAt is max(now, 1 + the largest given)
-# from the one-row clock, locked until commit, so that creates on every replica follow each other. A taken id
-# inserts nothing (and the caller's transaction, if any, is rolled back).
+# rows (as in an append; empty when they were copied in before). The createdAt is max(now, 1 + the largest given to
+# the tenant) from the tenant's clock row, made on its first create and locked until commit, so that a tenant's
+# creates on every replica follow each other (and other tenants' creates neither wait for it nor show in it). A
+# taken id inserts nothing (and the caller's transaction, if any, is rolled back).
 _NEW_SESSION = """
 , session AS (
     INSERT INTO forklog_sessions (tenant, id, instance, created_at, cwd, parent_session, seed_length, origin,
@@ -157,14 +158,12 @@ _NEW_SESSION = """
 )
 SELECT session.created_at, session.change_seq FROM session
 """
-CREATE_SESSION = (
-    "WITH clock AS (UPDATE forklog_clock SET last_created_at = GREATEST($4, last_created_at + 1) "
-    "RETURNING last_created_at AS created_at)" + _NEW_SESSION
+_TENANT_CLOCK = (
+    "WITH clock AS (INSERT INTO forklog_tenant_clocks AS kept (tenant, last_created_at) VALUES ($1, $4::bigint) "
+    "ON CONFLICT (tenant) DO UPDATE SET last_created_at = GREATEST(excluded.last_created_at, kept.last_created_at{}) "
 )
-RESTORE_SESSION = (
-    "WITH clock AS (UPDATE forklog_clock SET last_created_at = GREATEST($4, last_created_at) "
-    "RETURNING $4::bigint AS created_at)" + _NEW_SESSION
-)
+CREATE_SESSION = _TENANT_CLOCK.format(" + 1") + "RETURNING last_created_at AS created_at)" + _NEW_SESSION
+RESTORE_SESSION = _TENANT_CLOCK.format("") + "RETURNING $4::bigint AS created_at)" + _NEW_SESSION
 
 DELETE_SESSION = """
 WITH gone AS (

@@ -19,7 +19,10 @@ Tables (every name starts with ``forklog_``):
 - ``turn_ends``: one row per ``turn/end`` with its time and the rules' checkpoint right after it (a fork's state).
 - ``deletions``: recent deletes, for the change poll of other replicas.
 - ``remembered``: idempotency records, written in the transaction of their change.
-- ``clock``: the largest ``createdAt`` given so far (one row, locked by each create).
+- ``tenant_clocks``: per tenant, the largest ``createdAt`` given so far (one row per tenant, locked by each of its
+  creates until commit: creates of one tenant follow each other on every replica, and no tenant waits on another's
+  or can count them). ``clock``, the one row of schema version 1 that all tenants shared, is no longer written (kept
+  for a version-1 replica still running during an upgrade).
 """
 
 from __future__ import annotations
@@ -115,6 +118,16 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (tenant, key)
     );
     CREATE INDEX forklog_remembered_age ON forklog_remembered (created_at);
+    """,
+    # 2: the createdAt clock per tenant (spec 9: nothing in an answer counts another tenant's creates), starting
+    # from each tenant's largest createdAt.
+    """
+    CREATE TABLE forklog_tenant_clocks (
+        tenant text COLLATE "C" PRIMARY KEY,
+        last_created_at bigint NOT NULL
+    );
+    INSERT INTO forklog_tenant_clocks (tenant, last_created_at)
+    SELECT tenant, max(created_at) FROM forklog_sessions GROUP BY tenant;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

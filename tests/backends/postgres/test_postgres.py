@@ -187,6 +187,52 @@ async def test_created_at_keeps_increasing_across_replicas(forklog_db: str, open
     assert len(set(stamps)) == 20
 
 
+async def open_stopped(url: str, kept: list[PostgresBackend], now: int = NOW) -> PostgresBackend:
+    """A backend whose clock stands still at ``now``: every createdAt it gives is 1 + its tenant's largest."""
+    backend = PostgresBackend(url, clock=lambda: now)
+    await backend.open()
+    kept.append(backend)
+    return backend
+
+
+async def test_each_tenants_created_at_is_serialized_across_replicas_and_its_own(
+    forklog_db: str, opened: list[PostgresBackend]
+) -> None:
+    replicas = [await open_stopped(forklog_db, opened) for _ in range(2)]
+
+    async def make(number: int, tenant: str) -> int:
+        made = await replicas[number % 2].create(
+            SessionKey(tenant, f"s{number}"), new_instance(), {}, SeedLog(seed_log([], now=NOW))
+        )
+        return made.header.created_at
+
+    stamps = await asyncio.gather(*(make(number, tenant) for number in range(12) for tenant in ("a", "b")))
+    # Each tenant got NOW, NOW + 1, ... with no gap: distinct across both replicas, and blind to the other tenant.
+    assert sorted(stamps[0::2]) == sorted(stamps[1::2]) == [NOW + n for n in range(12)]
+
+
+async def test_a_version_1_database_starts_each_tenants_clock_at_its_largest_created_at(
+    forklog_db: str, opened: list[PostgresBackend]
+) -> None:
+    backend = await open_stopped(forklog_db, opened, NOW + 50)
+    await backend.create(SessionKey("a", "late"), new_instance(), {}, SeedLog(seed_log([], now=NOW)))
+    for session_id in ("b1", "b2"):
+        await backend.create(SessionKey("b", session_id), new_instance(), {}, SeedLog(seed_log([], now=NOW)))
+    await backend.close()
+    opened.clear()
+    # What version 1 left: the one clock all tenants shared, and no clock per tenant.
+    await scalar(forklog_db, "DROP TABLE forklog_tenant_clocks")
+    await scalar(forklog_db, "UPDATE forklog_schema SET version = 1")
+    backend = await open_stopped(forklog_db, opened)
+    assert await scalar(forklog_db, "SELECT version FROM forklog_schema") == SCHEMA_VERSION
+    made = await backend.create(SessionKey("a", "next"), new_instance(), {}, SeedLog(seed_log([], now=NOW)))
+    assert made.header.created_at == NOW + 51
+    made = await backend.create(SessionKey("b", "b3"), new_instance(), {}, SeedLog(seed_log([], now=NOW)))
+    assert made.header.created_at == NOW + 52
+    made = await backend.create(SessionKey("c", "first"), new_instance(), {}, SeedLog(seed_log([], now=NOW)))
+    assert made.header.created_at == NOW
+
+
 async def test_other_replicas_changes_are_reported_and_own_ones_are_not(
     forklog_db: str, opened: list[PostgresBackend]
 ) -> None:

@@ -263,8 +263,9 @@ class SessionService:
     ) -> AsyncIterator[TailEvents | Deleted]:
         """A live tail (spec 7): every event from ``start`` (or after ``last_event_id``, which wins), then each new
         one as it is stored, until the session is deleted (a last :class:`Deleted`), the service stops or
-        ``allowed`` says the reader may no longer read (asked after each read of the log, before its events are
-        handed on, and at each wake-up). Refusals come before the first item, when this is called."""
+        ``allowed`` says the reader may no longer read: asked after each read of the log, before its events are
+        handed on, and at a wake-up with nothing to send (whoever can end the right wakes every tail,
+        ``changes.wake_everyone``). Refusals come before the first item, when this is called."""
         self._require_ready()
         session = await self._live(key)
         if instance is not None and instance != session.header.instance:
@@ -290,8 +291,6 @@ class SessionService:
         # missed, whether the look found events to send or not.
         while True:
             ticket = self.changes.ticket(key)
-            if not allowed():
-                return
             try:
                 session = await self.backend.find(key)
             except SessionCorrupt:
@@ -301,6 +300,7 @@ class SessionService:
                     yield Deleted(key.id)
                 return
             count = session.head.count
+            asked = False
             while position < count:
                 lines = await self.backend.read(key, position, min(count, position + TAIL_BATCH))
                 if not lines:
@@ -308,9 +308,13 @@ class SessionService:
                 # Asked after the read: an event stored after the reader lost its right is never handed on.
                 if not allowed():
                     return
+                asked = True
                 yield TailEvents(position, lines)
                 position += lines.count(b"\n")
             if self.changes.closed:
+                return
+            # A wake-up with nothing to send asks too: whatever ends a reader's right wakes every tail to ask.
+            if not asked and not allowed():
                 return
             await ticket.wait()
 

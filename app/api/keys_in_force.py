@@ -1,11 +1,12 @@
 """A key works only while its line is in the keys file (spec 9), also for the requests that outlive their check.
 
 The :class:`~app.api.auth.Authenticator` checks a key when a request begins; a stream or a long-poll then lasts for
-minutes. Such a request asks :meth:`KeysInForce.allows` again before each frame it sends (a long-poll before it
-answers), and that call looks at the file itself (one ``stat``) rather than at what the last poll read: an event
-stored after the key's line was removed never reaches the stream, however recent the removal. An idle stream or a
-waiting long-poll has nothing to send, so every reload of the file wakes every waiter (``on_change``) to ask again:
-a removed key's stream ends, and its long-poll answers 401, within :data:`~app.api.keys_file.POLL_SECONDS`.
+minutes. Such a request asks :meth:`KeysInForce.allows` again after each read of the log and before sending what
+it read (a long-poll before it answers), and that call looks at the file itself (one ``stat``) rather than at what
+the last poll read: an event stored after the key's line was removed never reaches the stream, however recent the
+removal. An idle stream or a waiting long-poll has nothing to send, so every reload of the file wakes every waiter
+(``on_change``) to ask again: a removed key's stream ends, and its long-poll answers 401 (403 when the line stays
+but lost the scope), within :data:`~app.api.keys_file.POLL_SECONDS`.
 
 Every read of the file happens on the event loop, so a poll and a frame's look can never interleave (one could
 otherwise take the file's new identity for seen while the other still reads it). The file is a few lines; its read

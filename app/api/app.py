@@ -16,6 +16,7 @@ from app.api.cors import Cors
 from app.api.encoded_slash import EncodedSlashGuard
 from app.api.exposure import check_exposure
 from app.api.keys_file import KeysFile
+from app.api.keys_in_force import KeysInForce
 from app.api.loopback import LoopbackGuard
 from app.api.openapi import build_document
 from app.api.problems import install_problem_handlers
@@ -48,8 +49,10 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     let anyone in, or whose keys file is bad, before the backend is touched."""
     settings = settings or Settings()
     check_exposure(settings)
-    keys = KeysFile(settings.keys_file) if settings.keys_file is not None else None
+    keys_file = KeysFile(settings.keys_file) if settings.keys_file is not None else None
     service = SessionService(backend if backend is not None else open_backend(settings))
+    # A reload wakes every stream and long-poll, so that those of a removed key end (app.api.keys_in_force).
+    keys = KeysInForce(keys_file, on_change=service.changes.wake_everyone) if keys_file is not None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -93,7 +96,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     app.add_middleware(AppendShortcut, endpoint=append_events)
     app.add_middleware(EncodedSlashGuard)
     if keys is not None:
-        app.add_middleware(Authenticator, keys=lambda: keys.keys)
+        app.add_middleware(Authenticator, keys=lambda: keys.ring)
     else:
         app.add_middleware(LoopbackGuard, allowed_hosts=settings.allowed_hosts, allowed_origins=settings.cors_origins)
     app.add_middleware(Cors, origins=settings.cors_origins)

@@ -7,7 +7,8 @@ UNAUTHENTICATED`` with ``WWW-Authenticate: Bearer``; a key without the route's s
 for every GET and a snapshot, ``write`` for a create, an append, a fork or a delete. Both come before the body is
 read, so they win over 413, 415 and every body error. The key found rides in the request's state (``api_key``):
 its tenant is the caller's tenant; an open route sees it too when one is sent (``/readyz`` lists corrupt sessions
-to an ``admin`` key only), and ignores a bad one.
+to an ``admin`` key only), and ignores a bad one. A stream or a long-poll asks again while it lasts
+(:mod:`app.api.keys_in_force`). A WebSocket handshake is refused unaccepted: the service takes no upgrade.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from app.domain.access import ApiKey, KeyRing
 from app.domain.access import Scope as KeyScope
 from app.domain.errors import ErrorCode
 
-__all__ = ["KEY_STATE", "Authenticator", "is_open_path", "required_scope"]
+__all__ = ["KEY_STATE", "Authenticator", "challenge", "is_open_path", "refuse_websocket", "required_scope"]
 
 KEY_STATE = "api_key"
 
@@ -93,7 +94,10 @@ class Authenticator:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            if scope["type"] == "websocket":
+                await refuse_websocket(send)
+            else:  # the lifespan
+                await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
         path = scope["path"]
@@ -116,6 +120,17 @@ class Authenticator:
         await self.app(scope, receive, send)
 
 
+def challenge(*, invalid: bool) -> str:
+    """The ``WWW-Authenticate`` value of a 401; ``invalid`` when a key was sent (RFC 6750: ``invalid_token``)."""
+    return 'Bearer realm="forklog"' + (', error="invalid_token"' if invalid else "")
+
+
 async def _refuse_unauthenticated(scope: Scope, send: Send, refusal: _NoKey) -> None:
-    challenge = 'Bearer realm="forklog"' + (', error="invalid_token"' if refusal.invalid else "")
-    await send_problem(scope, send, ErrorCode.UNAUTHENTICATED, refusal.detail, headers={"WWW-Authenticate": challenge})
+    headers = {"WWW-Authenticate": challenge(invalid=refusal.invalid)}
+    await send_problem(scope, send, ErrorCode.UNAUTHENTICATED, refusal.detail, headers=headers)
+
+
+async def refuse_websocket(send: Send) -> None:
+    """Close a WebSocket handshake unaccepted (the server answers 403): the service accepts no upgrade (spec 9).
+    Nothing is logged here: the handshake's URL may carry ``?access_token=``."""
+    await send({"type": "websocket.close", "code": 1008})

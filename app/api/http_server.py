@@ -3,10 +3,11 @@
 uvicorn bounds bodies only through the app and has no setting for the size of a request's header block or for a
 client that stops sending its headers (its ``timeout_keep_alive`` applies between requests only, and upstream issue
 encode/uvicorn#157 is still open). :func:`limited_protocol` adds both to uvicorn's own httptools protocol, through
-the server's documented ``http=`` protocol-class setting: a header block over ``max_header_bytes`` answers 431 and a
-client that pauses in its headers for ``read_timeout`` seconds answers 408, both as problem+json, and the
-connection is closed. A body that stops arriving is the app's to time out (it reads the body): see
-:mod:`app.api.body`. Shutdown uses uvicorn's ``timeout_graceful_shutdown``.
+the server's documented ``http=`` protocol-class setting: a header block over ``max_header_bytes`` answers 431, and
+one not whole ``read_timeout`` seconds after the connection opened (on a kept-alive connection: after the request's
+first byte) answers 408, in total and whatever the client's pace (a byte now and then does not move the deadline);
+both as problem+json, and the connection is closed. A body that stops arriving is the app's to time out (it reads
+the body): see :mod:`app.api.body`. Shutdown uses uvicorn's ``timeout_graceful_shutdown``. WebSocket is off.
 """
 
 from __future__ import annotations
@@ -110,6 +111,10 @@ def limited_protocol(*, max_header_bytes: int, read_timeout: float) -> type[Http
                 f"the request's headers did not arrive within {read_timeout:g} s; send the whole request at once",
             )
 
+        def _unsupported_upgrade_warning(self) -> None:
+            # uvicorn's warning advises installing a WebSocket library; this service takes no upgrade by design.
+            log.debug("a request asked to upgrade its connection; served as plain HTTP")
+
         def _refuse(self, status: int, code: ErrorCode, detail: str) -> None:
             self._disarm()
             self._in_headers = False
@@ -154,6 +159,9 @@ def serve(app: FastAPI, settings: Settings) -> None:
         access_log=False,
         server_header=False,
         http=limited_protocol(max_header_bytes=settings.max_header_bytes, read_timeout=settings.read_timeout),
+        # No WebSocket (spec 9): uvicorn would otherwise accept the handshake and log its URL, which for the stream
+        # carries ?access_token=. An Upgrade request is served as the plain HTTP request it also is.
+        ws="none",
         timeout_graceful_shutdown=settings.shutdown_grace,
     )
     ForklogServer(config, on_stopping=app.state.service.stopping).run()

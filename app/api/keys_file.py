@@ -9,7 +9,6 @@ a reload changes nothing: the keys in force stay, and the error is logged with t
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import logging
 import os
@@ -52,7 +51,7 @@ def read_keys(path: Path) -> list[ApiKey]:
 
 
 class KeysFile:
-    """The keys of one file, kept current by :meth:`watch`."""
+    """The keys of one file, kept current by :meth:`reload_if_changed` (see :mod:`app.api.keys_in_force`)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -75,12 +74,6 @@ class KeysFile:
         self.keys = KeyRing(keys)
         logger.info("keys file %s read again: %d keys", self.path, len(keys))
         return True
-
-    async def watch(self) -> None:
-        """Look for changes until cancelled."""
-        while True:
-            await asyncio.sleep(POLL_SECONDS)
-            await asyncio.to_thread(self.reload_if_changed)
 
 
 def _identity_or_none(path: Path) -> Identity | None:

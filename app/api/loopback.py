@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.api.auth import refuse_websocket
 from app.api.problems import send_problem
 from app.domain.errors import ErrorCode
 
@@ -81,7 +82,10 @@ class LoopbackGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            if scope["type"] == "websocket":
+                await refuse_websocket(send)
+            else:  # the lifespan
+                await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
         raw_host = headers.get("host")

@@ -38,7 +38,7 @@ class Settings(BaseSettings):
         64 * 1024, ge=1024, le=16 * 1024 * 1024, description="a larger request line and headers in all get 431"
     )
     read_timeout: float = Field(
-        30.0, gt=0, le=3600, description="seconds a client may pause while sending its headers or body (then 408)"
+        30.0, gt=0, le=3600, description="seconds a request's headers may take in all, and its body pause (then 408)"
     )
     shutdown_grace: int = Field(
         10, ge=0, le=3600, description="seconds a shutdown waits for requests in flight before cancelling them"

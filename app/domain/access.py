@@ -155,6 +155,10 @@ class KeyRing:
     def __len__(self) -> int:
         return len(self._by_digest)
 
+    def line_of(self, key: ApiKey) -> ApiKey | None:
+        """The line now in force for ``key``'s digest: None once it was removed (its scopes and tenant may differ)."""
+        return self._by_digest.get(key.sha256)
+
     def find(self, secret: str) -> ApiKey | None:
         digest = digest_of(secret)
         key = self._by_digest.get(digest)

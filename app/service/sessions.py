@@ -60,6 +60,11 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _always() -> bool:
+    """A reader's right to read that never ends (the default of :meth:`SessionService.read` and ``tail``)."""
+    return True
+
+
 class Lifecycle(Enum):
     STARTING = "starting"  # the backend is opening (recovering, connecting): session routes answer NOT_READY
     READY = "ready"  # serving
@@ -213,9 +218,12 @@ class SessionService:
         last = sessions[limit - 1].header
         return sessions[:limit], (last.created_at, last.id)
 
-    async def read(self, key: SessionKey, start: int, limit: int, *, wait_ms: int = 0) -> tuple[bytes, int]:
+    async def read(
+        self, key: SessionKey, start: int, limit: int, *, wait_ms: int = 0, allowed: Callable[[], bool] = _always
+    ) -> tuple[bytes, int]:
         """The JSONL lines of up to ``limit`` events from ``start``, and the log's length. With ``wait_ms``, when the
-        log holds no event at ``start`` or after, wait up to that long for one (a long-poll, spec 7)."""
+        log holds no event at ``start`` or after, wait up to that long for one (a long-poll, spec 7); the wait ends
+        early once ``allowed`` (asked at each wake-up) says the reader may no longer read."""
         self._require_ready()
         deadline = asyncio.get_running_loop().time() + wait_ms / 1000
         while True:
@@ -223,7 +231,7 @@ class SessionService:
             session = await self._live(key)
             count = session.head.count
             left = deadline - asyncio.get_running_loop().time()
-            if start < count or left <= 0 or self.changes.closed:
+            if start < count or left <= 0 or self.changes.closed or not allowed():
                 break
             await ticket.wait(left)
         lines = await self.backend.read(key, start, min(count, start + limit)) if start < count else b""
@@ -251,10 +259,13 @@ class SessionService:
         start: int = 0,
         last_event_id: int | None = None,
         instance: str | None = None,
+        allowed: Callable[[], bool] = _always,
     ) -> AsyncIterator[TailEvents | Deleted]:
         """A live tail (spec 7): every event from ``start`` (or after ``last_event_id``, which wins), then each new
-        one as it is stored, until the session is deleted (a last :class:`Deleted`) or the service stops. Refusals
-        come before the first item, when this is called."""
+        one as it is stored, until the session is deleted (a last :class:`Deleted`), the service stops or
+        ``allowed`` says the reader may no longer read: asked after each read of the log, before its events are
+        handed on, and at a wake-up with nothing to send (whoever can end the right wakes every tail,
+        ``changes.wake_everyone``). Refusals come before the first item, when this is called."""
         self._require_ready()
         session = await self._live(key)
         if instance is not None and instance != session.header.instance:
@@ -271,9 +282,11 @@ class SessionService:
         elif start > count:
             detail = f"from {start} is beyond the log's length {count}; pick a seq up to it"
             raise InvalidValue("from", detail, "beyond the log")
-        return self._follow(key, session.header.instance, start)
+        return self._follow(key, session.header.instance, start, allowed)
 
-    async def _follow(self, key: SessionKey, instance: str, position: int) -> AsyncIterator[TailEvents | Deleted]:
+    async def _follow(
+        self, key: SessionKey, instance: str, position: int, allowed: Callable[[], bool]
+    ) -> AsyncIterator[TailEvents | Deleted]:
         # One ticket per look at the session: taken before the look, it wakes the tail for any change the look
         # missed, whether the look found events to send or not.
         while True:
@@ -283,16 +296,25 @@ class SessionService:
             except SessionCorrupt:
                 session = None
             if session is None or session.header.instance != instance:
-                yield Deleted(key.id)
+                if allowed():
+                    yield Deleted(key.id)
                 return
             count = session.head.count
+            asked = False
             while position < count:
                 lines = await self.backend.read(key, position, min(count, position + TAIL_BATCH))
                 if not lines:
                     break
+                # Asked after the read: an event stored after the reader lost its right is never handed on.
+                if not allowed():
+                    return
+                asked = True
                 yield TailEvents(position, lines)
                 position += lines.count(b"\n")
             if self.changes.closed:
+                return
+            # A wake-up with nothing to send asks too: whatever ends a reader's right wakes every tail to ask.
+            if not asked and not allowed():
                 return
             await ticket.wait()
 

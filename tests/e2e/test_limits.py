@@ -1,16 +1,20 @@
 """Bounded clients against a real server (spec 9): a huge header block gets 431, a client that pauses in its headers
-or its body gets 408, and SIGTERM ends the process within its grace even while an upload is stalled.
+or its body gets 408, headers trickled a byte at a time get 408 within the read timeout in total (a steady body is
+bounded between its bytes only), and SIGTERM ends the process within its grace even while an upload is stalled.
 
 These talk raw HTTP over sockets, so that a test can send exactly the bytes a hostile or broken client would.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import socket
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.e2e.conftest import StartServer
@@ -119,3 +123,85 @@ def test_sigterm_ends_the_process_within_its_grace_during_a_stalled_upload(
     assert status in GRACEFUL_EXITS, server.output()
     assert stopped < GRACE + 3, f"SIGTERM took {stopped:.1f} s with a grace of {GRACE} s"
     assert b"kept" in (data_dir / "index" / "checkpoints").read_bytes(), "the clean stop did not checkpoint"
+
+
+# -- headers bounded in total (a byte now and then does not move the deadline) --------------------------------------
+
+TOTAL_TIMEOUT = 2.0
+PACE = 0.5  # a pause well under the read timeout
+MARGIN = 2.0  # a loaded machine's lateness
+SLOW_HEADERS = b"GET /sessions HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"a" * 120  # a minute at PACE
+
+
+async def trickle_headers(port: int) -> tuple[bytes, float]:
+    """Send a header block a byte every :data:`PACE` seconds until the server answers; the answer and when it came
+    (from the connection's start)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    started = time.monotonic()
+    answer = asyncio.ensure_future(reader.read())
+    try:
+        for byte in SLOW_HEADERS:
+            if answer.done():
+                break
+            with contextlib.suppress(ConnectionError):
+                writer.write(bytes([byte]))
+                await writer.drain()
+            await asyncio.wait([answer], timeout=PACE)
+        return await asyncio.wait_for(answer, 10), time.monotonic() - started
+    finally:
+        answer.cancel()
+        writer.close()
+
+
+def assert_408(answer: bytes) -> None:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b"content-type: application/problem+json" in head.lower()
+    assert json.loads(body)["code"] == "REQUEST_TIMEOUT"
+
+
+def test_headers_trickled_a_byte_at_a_time_get_408_within_the_read_timeout_in_total(start_server: StartServer) -> None:
+    server = start_server(None, "--read-timeout", str(TOTAL_TIMEOUT))
+    answer, waited = asyncio.run(trickle_headers(server.port))
+    assert_408(answer)
+    assert TOTAL_TIMEOUT * 0.9 <= waited < TOTAL_TIMEOUT + MARGIN, f"answered after {waited:.1f} s"
+
+
+def test_many_trickling_clients_are_all_closed_in_time_and_others_are_served(start_server: StartServer) -> None:
+    server = start_server(None, "--read-timeout", str(TOTAL_TIMEOUT))
+
+    async def scenario() -> tuple[list[tuple[bytes, float]], list[float]]:
+        trickles = asyncio.gather(*(trickle_headers(server.port) for _ in range(40)))
+        served: list[float] = []
+        async with httpx.AsyncClient(base_url=server.base, timeout=10) as client:
+            while not trickles.done():
+                started = time.monotonic()
+                assert (await client.get("/sessions")).status_code == 200
+                served.append(time.monotonic() - started)
+                await asyncio.sleep(0.2)
+        return await trickles, served
+
+    trickled, served = asyncio.run(scenario())
+    for answer, waited in trickled:
+        assert_408(answer)
+        assert waited < TOTAL_TIMEOUT + MARGIN, f"answered after {waited:.1f} s"
+    assert len(served) >= 5 and max(served) < 1.0, served
+
+
+def test_a_slow_but_steady_body_is_still_read(start_server: StartServer) -> None:
+    """A body is bounded between its bytes (spec 9: a client that *stops* sending), not in total."""
+    server = start_server(None, "--read-timeout", str(TOTAL_TIMEOUT))
+    body = b'{"id": "steady"' + b" " * 50 + b"}"
+    pieces = [body[i : i + 10] for i in range(0, len(body), 10)]
+    assert len(pieces) * PACE > TOTAL_TIMEOUT * 1.5
+    with connect(server.port) as conn:
+        conn.sendall(
+            b"POST /sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)
+        )
+        for piece in pieces:
+            time.sleep(PACE)
+            conn.sendall(piece)
+        status, _, answer = read_answer(conn)
+    assert status == 201, answer
+    assert server.get("/sessions/steady").status_code == 200

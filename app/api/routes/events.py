@@ -6,11 +6,13 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from app.api.idempotency import answer_response, idempotent_request
+from app.api.keys_in_force import revoked_answer, still_allowed
 from app.api.openapi import SESSION_ID, operation
 from app.api.requests import APPEND, READ_QUERY
 from app.api.routing import body_of, json_response, key_of, new_router, service_of
 from app.api.schemas import AppendResponse, EventsPage
 from app.api.wire import appended_answer, json_array
+from app.domain.access import Scope
 from app.domain.errors import ErrorCode
 from app.service.idempotency import Answer, Claim
 
@@ -59,6 +61,10 @@ async def read_events(request: Request) -> Response:
     key = key_of(request)
     query = READ_QUERY.parse(request.query_params)
     start = query["from"]
-    lines, count = await service_of(request).read(key, start, query["limit"], wait_ms=query["waitMs"])
+    wait_ms = query["waitMs"]
+    allowed = still_allowed(request, Scope.READ)
+    lines, count = await service_of(request).read(key, start, query["limit"], wait_ms=wait_ms, allowed=allowed)
+    if wait_ms and not allowed():  # a long-poll whose key was removed while it waited (spec 9)
+        return revoked_answer(request, Scope.READ)
     next_seq = start + lines.count(b"\n")
     return json_response(b'{"events":' + json_array(lines) + b',"nextSeq":%d,"eventCount":%d}' % (next_seq, count))

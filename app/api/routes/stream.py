@@ -6,7 +6,8 @@ before the response starts, so a refusal is a problem answer, never a stream cut
 the log go out as one write (their frames joined), not one write each: the cost of a frame is then its encoding, and
 a reader that catches up or follows a busy session costs a fraction of what one socket write per event costs. A
 reader that falls behind costs one batch of events: the tail reads the log at its own cursor, and the connection's
-flow control holds the rest.
+flow control holds the rest. A stream whose key is removed from the keys file (or loses ``read``) ends: no event
+stored after that reaches it (:mod:`app.api.keys_in_force`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from fastapi import Request
 from fastapi.responses import Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from app.api.keys_in_force import still_allowed
 from app.api.openapi import SESSION_ID, operation
 from app.api.requests import STREAM_QUERY, last_event_id
 from app.api.routing import key_of, new_router, service_of
+from app.domain.access import Scope
 from app.domain.errors import ErrorCode
 from app.service.sessions import Deleted, TailEvents
 
@@ -58,7 +61,13 @@ async def stream_events(request: Request) -> Response:
     key = key_of(request)
     query = STREAM_QUERY.parse(request.query_params)
     resume = last_event_id(request.headers.get("last-event-id"))
-    tail = await service_of(request).tail(key, start=query["from"], last_event_id=resume, instance=query["instance"])
+    tail = await service_of(request).tail(
+        key,
+        start=query["from"],
+        last_event_id=resume,
+        instance=query["instance"],
+        allowed=still_allowed(request, Scope.READ),
+    )
     return EventSourceResponse(
         frames(tail), ping=PING_SECONDS, ping_message_factory=_ping, headers={"Cache-Control": "no-cache"}
     )

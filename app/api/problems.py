@@ -175,8 +175,8 @@ async def send_problem(
 async def _forklog_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ForklogError)
     if exc.code is ErrorCode.STORAGE_UNAVAILABLE:
+        # The storage error's own detail says whether a change may have been stored (a read's never was).
         logger.error("storage refused: %s", exc.detail)
-        return problem_response(request, exc.code, f"{exc.detail}; nothing was stored, retry later", exc.facts)
     return problem_response(request, exc.code, exc.detail, exc.facts)
 
 

@@ -23,7 +23,8 @@ from collections.abc import Awaitable, Callable
 import orjson
 
 from app.backends.base import ChangeListener
-from app.backends.postgres.pool import DATABASE_REFUSED, Connection, PoolSettings, connect
+from app.backends.postgres.errors import DRIVER_ERRORS
+from app.backends.postgres.pool import Connection, PoolSettings, connect
 from app.domain.session import SessionKey
 
 __all__ = ["CHANNEL", "ChangeFeed", "Doorbell"]
@@ -179,7 +180,7 @@ class ChangeFeed:
                     await asyncio.sleep(self._poll_interval)
             except asyncio.CancelledError:
                 raise
-            except DATABASE_REFUSED as exc:
+            except DRIVER_ERRORS as exc:
                 logger.debug("the change feed lost the database (%s); again in %.1f s", type(exc).__name__, delay)
             finally:
                 if conn is not None:

@@ -1,17 +1,15 @@
-"""The connection pool and the one place where the driver's errors become the storage layer's.
+"""The connection pool (the driver's errors become the storage layer's in :mod:`app.backends.postgres.errors`).
 
 asyncpg, with a pool whose ``reset`` does nothing: forklog runs single statements in autocommit and brackets the few
 multi-statement changes in ``conn.transaction()``, so a connection comes back idle and the default reset would only
 add a round trip to every request. Every wait is bounded: connecting, taking a connection from the pool, and each
-statement; a database that is down or unreachable answers :class:`~app.backends.errors.StorageUnavailable` within
-those bounds, never a hang. Nothing here ever shows the URL's password.
+statement; a database that is down or unreachable answers a storage error within those bounds, never a hang.
+Nothing here ever shows the URL's password.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
@@ -19,19 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from app.backends.errors import StorageUnavailable
-
-__all__ = [
-    "DATABASE_DOWN",
-    "DATABASE_REFUSED",
-    "Connection",
-    "PoolSettings",
-    "connect",
-    "open_pool",
-    "redact",
-    "storage_errors",
-    "unavailable",
-]
+__all__ = ["Connection", "PoolSettings", "connect", "open_pool", "redact"]
 
 # A connection of the pool, or one of its own: the statements take either. (asyncpg's classes are generic only in
 # its stubs, hence the alias for the type checker alone.)
@@ -63,45 +49,6 @@ def redact(url: str) -> str:
     if parts.port is not None:
         host = f"{host}:{parts.port}"
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
-def unavailable(exc: BaseException) -> StorageUnavailable:
-    """The error a request answers when the database refused it or could not be reached (503 STORAGE_UNAVAILABLE)."""
-    if isinstance(exc, asyncpg.PostgresError):
-        reason = f"{type(exc).__name__}: {exc.args[0] if exc.args else ''}"
-    elif isinstance(exc, TimeoutError):
-        reason = "timed out"
-    else:
-        reason = type(exc).__name__
-    return StorageUnavailable(f"the database is unavailable ({reason}); nothing was changed by this request")
-
-
-# What the driver raises when the database is down, restarting, unreachable or out of resources.
-DATABASE_DOWN: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    asyncpg.InterfaceError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.OperatorInterventionError,
-    asyncpg.InsufficientResourcesError,
-    asyncpg.PostgresSystemError,
-    asyncpg.InternalClientError,
-    asyncpg.QueryCanceledError,
-    asyncpg.ObjectInUseError,
-    asyncpg.InvalidCatalogNameError,
-)
-# Down, or refusing this client (a wrong password, a missing database): what a start waits out.
-DATABASE_REFUSED: tuple[type[BaseException], ...] = (*DATABASE_DOWN, asyncpg.PostgresError)
-
-
-@contextlib.asynccontextmanager
-async def storage_errors() -> AsyncIterator[None]:
-    """Translate the driver's errors of a database that is down into :class:`StorageUnavailable`."""
-    try:
-        yield
-    except DATABASE_DOWN as exc:
-        raise unavailable(exc) from exc
 
 
 async def connect(url: str, settings: PoolSettings) -> asyncpg.Connection:

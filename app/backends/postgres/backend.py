@@ -29,6 +29,7 @@ from app.backends.postgres import queries
 from app.backends.postgres.chains import Chain, ChainCache
 from app.backends.postgres.changes import ChangeFeed, Doorbell
 from app.backends.postgres.errors import DRIVER_ERRORS, database_errors
+from app.backends.postgres.failover import PrimaryWatch
 from app.backends.postgres.pool import Connection, PoolSettings, connect, open_pool, redact
 from app.backends.postgres.rows import Rows
 from app.backends.postgres.schema import migrate
@@ -139,6 +140,7 @@ class PostgresBackend:
             url, self._settings, self._replica, self._listeners, poll_interval=poll_interval, own=self._own.__contains__
         )
         self._doorbell = Doorbell(self._replica, self._notify)
+        self._watch = PrimaryWatch(url, self._settings, self._drop_connections)
         self._sweeper: asyncio.Task[None] | None = None
 
     @property
@@ -179,6 +181,7 @@ class PostgresBackend:
                 delay = min(delay * 2, 2.0)
         self._sweeper = asyncio.create_task(self._sweep_now_and_then(), name="forklog-sweep")
         self._doorbell.start()
+        self._watch.start()
         if self._listeners:
             self._feed.start()
 
@@ -192,6 +195,7 @@ class PostgresBackend:
         logger.info("serving from the database %s (schema found at version %d)", self.where, found)
 
     async def close(self) -> None:
+        await self._watch.stop()
         await self._feed.stop()
         await self._doorbell.stop()
         sweeper, self._sweeper = self._sweeper, None
@@ -222,10 +226,18 @@ class PostgresBackend:
         pool = self._pool
         if pool is None:
             raise access.refused("the database is not connected yet")
-        with database_errors(access) as attempt:
+        with database_errors(access, on_lost=self._watch.suspect) as attempt:
             async with pool.acquire(timeout=self._settings.acquire_timeout) as conn:
                 attempt.sent = True
                 yield conn
+
+    async def _drop_connections(self) -> None:
+        """The primary was lost: every connection to it is dropped now, those in use included (their requests
+        answer 503), and the next ones are taken from whichever host is the primary by then (spec 6, Failover)."""
+        old = self._pool
+        self._pool = await open_pool(self._url, self._settings, warm=False)  # connects on demand: never fails here
+        if old is not None:
+            old.terminate()
 
     def _changed(self, key: SessionKey, change_seq: int) -> None:
         """A change of this replica's committed: tell the others, and remember its number (the change feed does not

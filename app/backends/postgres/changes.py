@@ -197,7 +197,8 @@ class ChangeFeed:
         low = self._marks[0][1]
         while True:
             # A session row keeps only its latest change number, so a page holds one row per session changed.
-            rows = await conn.fetch(_POLL, low, MAX_ROWS)
+            # Bounded: a primary that went silent (paused, cut off) must not hold the feed for a whole command timeout.
+            rows = await conn.fetch(_POLL, low, MAX_ROWS, timeout=self._settings.connect_timeout)
             for row in rows:
                 change_seq = int(row["change_seq"])
                 self._high = max(self._high, change_seq)

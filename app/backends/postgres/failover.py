@@ -66,41 +66,41 @@ class PrimaryWatch:
 
     async def _run(self) -> None:
         conn: asyncpg.Connection | None = None
-        healthy = True
-        unanswered = 0
-        while True:
-            try:
-                if conn is None or conn.is_closed():
-                    conn = await connect(self._url, self._settings)
-                    if not healthy:
-                        logger.warning("serving again from the primary at %s", redact(self._url))
-                    healthy = True
+        try:
+            healthy = True
+            unanswered = 0
+            while True:
+                try:
+                    if conn is None or conn.is_closed():
+                        conn = await connect(self._url, self._settings)
+                        if not healthy:
+                            logger.warning("serving again from the primary at %s", redact(self._url))
+                        healthy = True
+                        unanswered = 0
+                    if await conn.fetchval("SELECT pg_is_in_recovery()", timeout=self._probe_timeout):
+                        raise asyncpg.ReadOnlySQLTransactionError("the server is a standby now")
                     unanswered = 0
-                if await conn.fetchval("SELECT pg_is_in_recovery()", timeout=self._probe_timeout):
-                    raise asyncpg.ReadOnlySQLTransactionError("the server is a standby now")
-                unanswered = 0
-            except asyncio.CancelledError:
-                if conn is not None:
-                    conn.terminate()
-                raise
-            except DRIVER_ERRORS as exc:
-                if isinstance(exc, TimeoutError) and conn is not None and healthy:
-                    unanswered += 1
-                    if unanswered < UNANSWERED_LIMIT:
-                        await self._pause()
-                        continue
-                if conn is not None:
-                    conn.terminate()
-                    conn = None
-                if healthy:
-                    healthy = False
-                    logger.warning(
-                        "lost the primary (%s: %s); every connection to it is dropped until a primary answers",
-                        type(exc).__name__,
-                        exc,
-                    )
-                    await self._lost()
-            await self._pause()
+                except DRIVER_ERRORS as exc:
+                    if isinstance(exc, TimeoutError) and conn is not None and healthy:
+                        unanswered += 1
+                        if unanswered < UNANSWERED_LIMIT:
+                            await self._pause()
+                            continue
+                    if conn is not None:
+                        conn.terminate()
+                        conn = None
+                    if healthy:
+                        healthy = False
+                        logger.warning(
+                            "lost the primary (%s: %s); every connection to it is dropped until a primary answers",
+                            type(exc).__name__,
+                            exc,
+                        )
+                        await self._lost()
+                await self._pause()
+        finally:
+            if conn is not None:
+                conn.terminate()
 
     async def _pause(self) -> None:
         with contextlib.suppress(TimeoutError):

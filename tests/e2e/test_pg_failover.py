@@ -22,6 +22,7 @@ from tests.support.replication import ReplicatedPair
 
 pytestmark = pytest.mark.e2e
 
+LARGE_TURNS = 2_000  # the forked session: 6,000 events
 BACK_WITHIN = 5.0  # seconds after the promotion (spec 6)
 CLIENTS = 4
 RETRY_FOR = 30.0  # seconds a client retries one request before it gives up
@@ -49,6 +50,7 @@ class Load:
 
     servers: list[Server]
     acknowledged: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    forked: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
     unavailable: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
@@ -91,6 +93,24 @@ class Load:
             self.unexpected.append(f"{path} {key}: not acknowledged within {RETRY_FOR} s")
         return None
 
+    def fork_repeatedly(self, source: str) -> None:
+        thread = threading.Thread(target=self._forker, args=(source,), daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def _forker(self, source: str) -> None:
+        turn = itertools.count()
+        with httpx.Client(timeout=15.0) as client:
+            for number in itertools.count():
+                if self.stop.is_set():
+                    return
+                child = f"child-{number}"
+                answer = self.send(client, f"/sessions/{source}/fork", {"sessionId": child}, child, turn)
+                if answer is None:
+                    return
+                with self.lock:
+                    self.forked.append(child)
+
     def _client(self, session: str) -> None:
         turn = itertools.count()
         with httpx.Client(timeout=15.0) as client:
@@ -125,6 +145,18 @@ def back_after(server: Server, session: str, promoted_at: float) -> float:
     return float("inf")
 
 
+def children_of(server: Server, session: str) -> list[str]:
+    found: list[str] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"parent": session, "limit": 1000, **({"cursor": cursor} if cursor else {})}
+        page = server.get("/sessions", **params).json()
+        found.extend(item["id"] for item in page["items"])
+        cursor = page["nextCursor"]
+        if cursor is None:
+            return found
+
+
 def all_events(server: Server, session: str) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     while True:
@@ -136,6 +168,14 @@ def all_events(server: Server, session: str) -> list[dict[str, Any]]:
             return events
 
 
+def whole_turn(number: int, first_time: int) -> list[dict[str, Any]]:
+    return [
+        {"type": "turn/start", "data": {"turn": number}, "time": first_time},
+        {**note(f"turn {number}"), "time": first_time + 1},
+        {"type": "turn/end", "data": {"turn": number, "reason": {"kind": "completed"}}, "time": first_time + 2},
+    ]
+
+
 def failover(pair: ReplicatedPair, start_server: StartServer, lose_primary: Callable[[], None]) -> None:
     url = pair.url()
     servers = [start_server(None, "--database-url", url) for _ in range(2)]
@@ -143,8 +183,12 @@ def failover(pair: ReplicatedPair, start_server: StartServer, lose_primary: Call
     probes = [f"probe-{index}" for index in range(len(servers))]
     for session in sessions + probes:
         assert servers[0].post("/sessions", {"id": session}).status_code == 201
+    seed = [event for number in range(LARGE_TURNS) for event in whole_turn(number + 1, 1_700_000_000_000 + 3 * number)]
+    large = httpx.post(f"{servers[0].base}/sessions", json={"id": "large", "seed": seed}, timeout=60.0)
+    assert large.status_code == 201, large.text
     load = Load(servers)
     load.start(sessions)
+    load.fork_repeatedly("large")
     time.sleep(2.0)
 
     lose_primary()
@@ -155,9 +199,16 @@ def failover(pair: ReplicatedPair, start_server: StartServer, lose_primary: Call
     time.sleep(2.0)  # the load runs on the new primary a while
     load.finish()
 
-    print(f"back after the promotion: {back} s; 503s answered meanwhile: {load.unavailable}")
+    print(f"back after the promotion: {back} s; 503s meanwhile: {load.unavailable}; forks: {len(load.forked)}")
     assert not load.unexpected, load.unexpected[:5]
     assert all(seconds <= BACK_WITHIN for seconds in back), f"back after the promotion: {back} s"
+    assert load.forked, "no fork acknowledged"
+    for child in load.forked:  # each acknowledged once, by its key: a retry never made a second child or a 409
+        for server in servers:
+            made = server.get(f"/sessions/{child}")
+            assert made.status_code == 200, made.text
+            assert (made.json()["parentSession"], made.json()["seedLength"]) == ("large", len(seed))
+    assert sorted(children_of(servers[1], "large")) == sorted(load.forked), "a fork made and not acknowledged"
     for session in sessions:
         acknowledged = load.acknowledged[session]
         assert acknowledged, f"{session}: nothing acknowledged"

@@ -100,6 +100,8 @@ class SessionAlreadyExists(SessionError):
     """A create or fork names an id that is live: the one class of SESSION_ALREADY_EXISTS, whether the service saw
     the id taken or a backend found it taken by another process meanwhile."""
 
+    code = ErrorCode.SESSION_ALREADY_EXISTS
+
     def __init__(self, session_id: str) -> None:
         super().__init__(
             ErrorCode.SESSION_ALREADY_EXISTS, f'session "{session_id}" already exists; pick another id or omit it'

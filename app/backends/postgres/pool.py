@@ -69,33 +69,34 @@ async def _first_writable(url: str, target: DatabaseTarget, options: dict[str, A
     loop = asyncio.get_running_loop()
     deadline = loop.time() + float(options.pop("timeout"))
     failures: list[BaseException] = []
-    pending_hosts = len(target.hosts)
+    in_flight = 0  # attempts sent and not answered yet
 
     async def one(host: str, port: int) -> asyncpg.Connection:
-        nonlocal pending_hosts
-        try:
-            while True:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise TimeoutError(f"{host}:{port} did not answer in time")
-                try:
-                    found: asyncpg.Connection = await _asyncpg_connect(
-                        url,
-                        host=host,
-                        port=port,
-                        timeout=remaining,
-                        target_session_attrs=target.target_session_attrs,
-                        **options,
-                    )
-                except NOT_NOW:
-                    # Asked again only while another host may still answer: when none can, fail at once.
-                    if pending_hosts <= 1:
-                        raise
-                    await asyncio.sleep(min(RETRY_HOST, max(0.0, deadline - loop.time())))
-                else:
-                    return found
-        finally:
-            pending_hosts -= 1
+        nonlocal in_flight
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError(f"{host}:{port} did not answer in time")
+            in_flight += 1
+            try:
+                found: asyncpg.Connection = await _asyncpg_connect(
+                    url,
+                    host=host,
+                    port=port,
+                    timeout=remaining,
+                    target_session_attrs=target.target_session_attrs,
+                    **options,
+                )
+            except NOT_NOW:
+                # Asked again only while another host's attempt is still unanswered: when every host answered that
+                # it cannot, fail at once.
+                if in_flight <= 1:
+                    raise
+            else:
+                return found
+            finally:
+                in_flight -= 1
+            await asyncio.sleep(min(RETRY_HOST, max(0.0, deadline - loop.time())))
 
     tasks = [asyncio.ensure_future(one(host, port)) for host, port in target.hosts]
     chosen: asyncpg.Connection | None = None

@@ -3,6 +3,9 @@
 One table maps each code to its status, title and the facts it carries; one function builds every body; one handler
 answers every :class:`~app.domain.errors.ForklogError` (whatever its layer), and three more own the framework's
 errors (no route, wrong method, a malformed request it caught itself) and bugs, so no error leaves in another shape.
+Each error class carries one code (the tree is drawn in :mod:`app.domain.errors` and :mod:`app.backends.errors`);
+this table is the one place a code becomes a status. The storage layer's details are whole: whether a read failed,
+a change was refused, or a change's outcome is unknown is said by the class that was raised, not added here.
 """
 
 from __future__ import annotations
@@ -175,8 +178,8 @@ async def send_problem(
 async def _forklog_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ForklogError)
     if exc.code is ErrorCode.STORAGE_UNAVAILABLE:
+        # The storage error's own detail says whether a change may have been stored (a read's never was).
         logger.error("storage refused: %s", exc.detail)
-        return problem_response(request, exc.code, f"{exc.detail}; nothing was stored, retry later", exc.facts)
     return problem_response(request, exc.code, exc.detail, exc.facts)
 
 

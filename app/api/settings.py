@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from app.backends.postgres.target import DatabaseTarget, InvalidDatabaseUrl
 
 __all__ = ["LogLevel", "Settings"]
 
@@ -67,9 +68,9 @@ class Settings(BaseSettings):
         if not url.startswith("postgresql://"):
             raise ValueError("must be a postgresql:// URL (postgresql://user:password@host:5432/dbname)")
         try:
-            urlsplit(url).port  # noqa: B018 (a port that is not a number raises here)
-        except ValueError:
-            raise ValueError("is not a valid URL (postgresql://user:password@host:5432/dbname)") from None
+            DatabaseTarget.parse(url)  # one host or several (host1:5432,host2:5432), as libpq writes them
+        except InvalidDatabaseUrl as exc:
+            raise ValueError(str(exc)) from None
         return value
 
     @model_validator(mode="after")

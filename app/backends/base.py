@@ -4,7 +4,7 @@ A backend stores sessions and their logs, byte for byte, and nothing more: every
 service before it calls a change, and the service serializes the changes of one session within its process. A
 backend shared by several processes (PostgreSQL) must also refuse an append staged on a head that another process
 has moved (:class:`~app.backends.errors.StaleHead`) and a create of an id that another process took
-(:class:`~app.backends.errors.AlreadyExists`).
+(:class:`~app.domain.errors.SessionAlreadyExists`).
 
 Implementations: :class:`app.backends.memory.MemoryBackend` (this process's memory), the JSONL files of
 :class:`app.backends.files.FileBackend`, and PostgreSQL.
@@ -167,7 +167,7 @@ class Backend(Protocol):
     ) -> Session:
         """Make a new live session; the backend assigns ``createdAt``. ``lineage`` holds
         :class:`~app.domain.session.SessionHeader` fields by attribute name. Raises
-        :class:`~app.backends.errors.AlreadyExists` if the id is live, ``SessionCorrupt`` if it is damaged. With
+        :class:`~app.domain.errors.SessionAlreadyExists` if the id is live, ``SessionCorrupt`` if it is damaged. With
         ``remember``, its record is kept with the session (:class:`~app.backends.errors.AlreadyRemembered` if that
         tenant's key is kept already; then nothing is made)."""
 
@@ -182,7 +182,7 @@ class Backend(Protocol):
     async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
         """Make a live session with exactly this header (its ``createdAt`` and ``instance`` kept) and events: an
         import or a copy from another store. The ``createdAt`` of later creates still follows it. Raises
-        ``AlreadyExists`` if the id is live."""
+        ``SessionAlreadyExists`` if the id is live."""
 
     async def tenants(self) -> list[str]:
         """Every tenant that has at least one live session, sorted."""

@@ -11,7 +11,8 @@ from typing import Any
 
 from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed, SeedLog, Tip
 from app.backends.catalog import Catalog, LiveSession
-from app.backends.errors import AlreadyExists, AlreadyRemembered, StaleHead
+from app.backends.errors import AlreadyRemembered, StaleHead
+from app.domain.errors import SessionAlreadyExists
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey
 
@@ -121,7 +122,7 @@ class MemoryBackend:
         self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed, remember: Remember | None = None
     ) -> Session:
         if self.catalog.get(key) is not None:
-            raise AlreadyExists(key.id)
+            raise SessionAlreadyExists(key.id)
         log = live_prefix(self.catalog, seed)
         live = LiveSession(key, self.catalog.new_header(key, instance, lineage), log)
         records = [remember(live.view())] if remember is not None else []
@@ -145,7 +146,7 @@ class MemoryBackend:
 
     async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
         if self.catalog.get(key) is not None:
-            raise AlreadyExists(key.id)
+            raise SessionAlreadyExists(key.id)
         live = LiveSession(key, header, log)
         self.catalog.add(live)
         return live.view()

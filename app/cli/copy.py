@@ -26,12 +26,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from app.backends.base import Backend
-from app.backends.errors import AlreadyExists, SessionCorrupt, StorageError
+from app.backends.errors import SessionCorrupt, StorageError
 from app.backends.files import FileBackend
 from app.backends.files.codec import loads_stored
 from app.backends.postgres import PostgresBackend
 from app.cli.stores import ReadableStore, describe, readable_store
-from app.domain.errors import EventRejected
+from app.domain.errors import EventRejected, SessionAlreadyExists
 from app.domain.log import SessionLog
 from app.domain.session import Session, SessionKey
 from app.service.sessions import wall_clock_ms
@@ -161,7 +161,7 @@ async def copy_sessions(
         log = await log_of(source, session)
         try:
             await target.restore(session.key, session.header, log)
-        except AlreadyExists:
+        except SessionAlreadyExists:
             if not skip_existing:
                 raise CopyFailed(
                     f'session "{session.id}" of tenant {session.key.tenant} was created in the destination during '

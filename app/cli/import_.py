@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from app.backends.base import Backend
-from app.backends.errors import AlreadyExists, SessionCorrupt, StorageError
+from app.backends.errors import SessionCorrupt, StorageError
 from app.backends.files.codec import MalformedRecord, decode_line, header_from_record, header_problem, parse_line
 from app.cli.store_flags import add_store_flags, store_settings
 from app.cli.stores import writable_store_of_settings
-from app.domain.errors import InvalidId, SessionError
+from app.domain.errors import InvalidId, SessionAlreadyExists, SessionError
 from app.domain.ids import check_id, new_instance
 from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
 from app.domain.log import SessionLog, seed_log
@@ -105,9 +105,9 @@ async def _import(backend: Backend, key: SessionKey, header: SessionHeader, log:
         await backend.open()
         try:
             if await backend.find(key) is not None:
-                raise AlreadyExists(key.id)
+                raise SessionAlreadyExists(key.id)
             session = await backend.restore(key, header, log)
-        except (AlreadyExists, SessionCorrupt):
+        except (SessionAlreadyExists, SessionCorrupt):
             print(
                 f"forklog import: session {key.id!r} already exists (tenant {key.tenant!r}); pick --id", file=sys.stderr
             )

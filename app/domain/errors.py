@@ -3,11 +3,12 @@
     ForklogError                     base of every refusal: a stable ``code``, a ``detail`` for people, ``facts``
     ├── DomainError                  the domain's own refusals (this module)
     │   ├── SessionError             a session operation refused by the rules of spec 2 (ids, liveness, seeds)
-    │   │   └── SessionForkError     the RFC's: a snapshot or fork refused (boundary, source, child id)
+    │   │   ├── SessionForkError     the RFC's: a snapshot or fork refused (boundary, source)
+    │   │   └── SessionAlreadyExists a create or fork names a live id (found by the service or by a backend)
     │   ├── InvalidValue             a request value the rules refuse (INVALID_REQUEST, naming the field)
     │   │   └── InvalidId            an id that breaks the id rule
     │   └── EventRejected            one event breaks a rule; turned into INVALID_EVENT or INVALID_SEED
-    ├── StorageError                 app.backends.errors
+    ├── StorageError                 app.backends.errors (STORAGE_UNAVAILABLE, SESSION_CORRUPT)
     ├── ServiceError                 app.service.errors
     └── RequestProblem               app.api.problems
 
@@ -27,6 +28,7 @@ __all__ = [
     "ForklogError",
     "InvalidId",
     "InvalidValue",
+    "SessionAlreadyExists",
     "SessionError",
     "SessionForkError",
 ]
@@ -91,7 +93,19 @@ class SessionError(DomainError):
 
 class SessionForkError(SessionError):
     """The RFC's fork-helper error: a snapshot or fork refused, with the RFC's codes (NOT_AT_TURN_BOUNDARY,
-    SESSION_NOT_FOUND, SESSION_NOT_LIVE, SESSION_ALREADY_EXISTS) and forklog's INVALID_BOUNDARY and SEQ_CONFLICT."""
+    SESSION_NOT_FOUND, SESSION_NOT_LIVE) and forklog's INVALID_BOUNDARY and SEQ_CONFLICT."""
+
+
+class SessionAlreadyExists(SessionError):
+    """A create or fork names an id that is live: the one class of SESSION_ALREADY_EXISTS, whether the service saw
+    the id taken or a backend found it taken by another process meanwhile."""
+
+    code = ErrorCode.SESSION_ALREADY_EXISTS
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            ErrorCode.SESSION_ALREADY_EXISTS, f'session "{session_id}" already exists; pick another id or omit it'
+        )
 
 
 class InvalidValue(DomainError):

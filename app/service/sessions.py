@@ -20,7 +20,14 @@ from typing import Any
 from app.backends.base import Backend, Readiness, Remember, Remembered, SeedLog, SeedPrefix, Tip
 from app.backends.errors import AlreadyRemembered, SessionCorrupt, StaleHead, StorageUnavailable
 from app.domain.boundary import fork_lineage, seed_length
-from app.domain.errors import ErrorCode, EventRejected, InvalidValue, SessionError, SessionForkError
+from app.domain.errors import (
+    ErrorCode,
+    EventRejected,
+    InvalidValue,
+    SessionAlreadyExists,
+    SessionError,
+    SessionForkError,
+)
 from app.domain.ids import check_id, new_instance, new_session_id
 from app.domain.log import StagedEvents, chain, seed_log, stage
 from app.domain.session import Session, SessionKey, check_live, check_meta, head_of, lineage_attrs
@@ -372,9 +379,7 @@ class SessionService:
         remember: Remember | None,
     ) -> Session:
         if await self.backend.find(key) is not None:
-            raise SessionError(
-                ErrorCode.SESSION_ALREADY_EXISTS, f'session "{key.id}" already exists; pick another id or omit it'
-            )
+            raise SessionAlreadyExists(key.id)
         lineage = check_meta(meta, len(seed) if seed is not None else 0)
         if seed is not None and len(seed) > SEED_EVENTS_CHECKED_INLINE:
             # A large seed is checked in a worker thread so that the event loop keeps serving meanwhile.
@@ -549,9 +554,7 @@ class SessionService:
         remember: Remember | None,
     ) -> Session:
         if await self.backend.find(child) is not None:
-            raise SessionForkError(
-                ErrorCode.SESSION_ALREADY_EXISTS, f'session "{child.id}" already exists; pick another id or omit it'
-            )
+            raise SessionAlreadyExists(child.id)
         source = await self._live(key, SessionForkError)
         check_live(source, instance, expected_seq, error=SessionForkError)
         count = await self._seed_length(source, at_seq)

@@ -16,7 +16,8 @@ import orjson
 import pytest
 
 from app.backends.base import Backend, Remembered, SeedLog, SeedPrefix
-from app.backends.errors import AlreadyExists, AlreadyRemembered, StaleHead
+from app.backends.errors import AlreadyRemembered, StaleHead
+from app.domain.errors import SessionAlreadyExists
 from app.domain.ids import new_instance
 from app.domain.log import StagedEvents, seed_log, stage
 from app.domain.session import DEFAULT_TENANT, Session, SessionHeader, SessionKey, head_of
@@ -153,7 +154,7 @@ async def test_created_at_follows_only_the_tenants_own_creates(make_backend: Bac
 
 async def test_a_live_id_cannot_be_created_again(backend: Backend) -> None:
     lines = await create(backend, "s", turn(1))
-    with pytest.raises(AlreadyExists):
+    with pytest.raises(SessionAlreadyExists):
         await create(backend, "s", turn(1, "other"))
     assert await everything(backend, "s") == lines
 
@@ -409,7 +410,7 @@ async def test_a_restored_session_keeps_its_header_and_later_creates_follow_it(b
     restored = await backend.restore(key("old", "acme"), header, log)
     assert (restored.header, restored.head.count) == (header, 8)
     assert await everything(backend, "old", "acme") == log.lines()
-    with pytest.raises(AlreadyExists):
+    with pytest.raises(SessionAlreadyExists):
         await backend.restore(key("old", "acme"), header, log)
     await create(backend, "new", tenant="acme")
     found = await backend.find(key("new", "acme"))

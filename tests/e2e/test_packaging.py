@@ -238,3 +238,24 @@ def test_the_wheel_carries_the_session_browser_and_the_docs_assets(tmp_path: Pat
     assert files
     missing = {str(path.relative_to(REPO)) for path in files} - names
     assert missing == set(), "every file of the page and of the docs assets is in the wheel"
+
+
+def test_the_postgres_profile_runs_a_synchronous_standby_the_replicas_fail_over_to() -> None:
+    document = compose()
+    services = document["services"]
+    (standby_name,) = [name for name, service in services.items() if "pg_basebackup" in str(service.get("entrypoint"))]
+    standby = services[standby_name]
+    script = str(standby["entrypoint"])
+    assert "-R" in script.split() or " -R " in script, "the standby is made with pg_basebackup -R"
+    name = re.search(r"application_name=(\w+)", script)
+    assert name is not None, "the standby names itself, so that the primary can wait for it"
+    primary_init = next(mount for mount in services["postgres"]["volumes"] if "initdb.d" in mount)
+    init = (REPO / primary_init.split(":")[0]).read_text(encoding="utf-8")
+    assert f"synchronous_standby_names = '{name[1]}'" in init, "the primary waits for the standby at every commit"
+    assert "host replication" in init
+    for replica in ("forklog-a", "forklog-b"):
+        url = services[replica]["environment"]["FORKLOG_DATABASE_URL"]
+        assert f"@postgres:5432,{standby_name}:5432/" in url
+        assert url.endswith("target_session_attrs=read-write")
+    header = (REPO / "docker-compose.yml").read_text(encoding="utf-8")
+    assert f"exec -u postgres {standby_name} pg_ctl promote" in header, "the failover step is documented"

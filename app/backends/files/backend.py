@@ -22,17 +22,19 @@ from typing import Any
 
 from app.backends.base import ChangeListener, CorruptEntry, Readiness, Remember, Remembered, Seed, SeedPrefix, Tip
 from app.backends.catalog import Catalog, LiveSession
-from app.backends.errors import AlreadyExists, StaleHead, StorageUnavailable
+from app.backends.errors import Access, StaleHead
 from app.backends.files.checkpointer import REWRITE_MIN_BYTES, Checkpointer
 from app.backends.files.codec import encode_header
 from app.backends.files.cuts import CUT_SUFFIX, CutRecords
 from app.backends.files.datadir import DataDir
+from app.backends.files.disk_errors import disk_errors
 from app.backends.files.fileops import FileOps, release_free_memory
 from app.backends.files.journal import JOURNAL_NAME, Journal
 from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, parse_header
 from app.backends.files.remembered import RememberedJournal, lines_digest
 from app.backends.files.writer import OPEN_FILES, AppendWriter
 from app.backends.memory import live_prefix, log_chunks
+from app.domain.errors import SessionAlreadyExists
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey, head_of
 
@@ -233,7 +235,7 @@ class FileBackend:
         self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed, remember: Remember | None = None
     ) -> Session:
         if self.catalog.get(key) is not None:
-            raise AlreadyExists(key.id)
+            raise SessionAlreadyExists(key.id)
         log = live_prefix(self.catalog, seed)
         copy_from = None
         if isinstance(seed, SeedPrefix) and seed.count:
@@ -247,7 +249,7 @@ class FileBackend:
 
     async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
         if self.catalog.get(key) is not None:
-            raise AlreadyExists(key.id)
+            raise SessionAlreadyExists(key.id)
         return await self._make(key, header, log, [])
 
     async def tenants(self) -> list[str]:
@@ -264,11 +266,8 @@ class FileBackend:
         placed = await self._write_records(records)
         body = log.body_pieces()  # the new session is not live yet: nothing appends while it is written
         try:
-            await asyncio.to_thread(self._create_file, key, header, body, copy_from)
-        except FileExistsError:
-            raise AlreadyExists(key.id) from None
-        except OSError as exc:
-            raise StorageUnavailable(f"the disk refused to create session {key.id!r}: {exc.strerror}") from exc
+            with disk_errors(Access.CHANGE, f"create session {key.id!r}"):
+                await asyncio.to_thread(self._create_file, key, header, body, copy_from)
         finally:
             for piece in body:
                 piece.release()
@@ -283,10 +282,8 @@ class FileBackend:
         """Write (and sync) idempotency records before their change: a change is never durable without its key."""
         if not records:
             return []
-        try:
+        with disk_errors(Access.CHANGE, "keep an idempotency key"):
             return await asyncio.to_thread(self.remembered.write, records)
-        except OSError as exc:
-            raise StorageUnavailable(f"the disk refused to keep an idempotency key: {exc.strerror}") from exc
 
     def _create_file(
         self, key: SessionKey, header: SessionHeader, lines: Sequence[memoryview], copy_from: _BodyCopy | None
@@ -300,7 +297,10 @@ class FileBackend:
         self._writer.forget(final)
         tmp = self._write_temp(key, header, lines, copy_from)
         try:
-            ops.link(tmp, final)
+            try:
+                ops.link(tmp, final)
+            except FileExistsError:
+                raise SessionAlreadyExists(key.id) from None
             if self._sync:
                 try:
                     ops.fsync_dir(final.parent)
@@ -396,8 +396,9 @@ class FileBackend:
             raise StaleHead(f'session "{key.id}" has {len(live.log)} events, not the {staged.base_count} staged on')
         self.remembered.check_free(remember)
         placed = await self._write_records([(record, _digest_of(staged, record)) for record in remember])
-        log_path, cut_record = self._append_paths(key)
-        await self._writer.append(log_path, staged.lines, instance=live.header.instance, cut_record=cut_record)
+        with disk_errors(Access.CHANGE, f"append to session {key.id!r}"):
+            log_path, cut_record = self._append_paths(key)
+            await self._writer.append(log_path, staged.lines, instance=live.header.instance, cut_record=cut_record)
         live.log.commit(staged)
         self.remembered.keep(placed)
         if self._checkpointer is not None:
@@ -411,27 +412,19 @@ class FileBackend:
     # -- delete ----------------------------------------------------------------------------------------------------
 
     async def delete(self, key: SessionKey) -> None:
-        try:
+        with disk_errors(Access.CHANGE, f"delete session {key.id!r}"):
             await asyncio.to_thread(self._delete_file, key)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise StorageUnavailable(f"the disk refused to delete session {key.id!r}: {exc.strerror}") from exc
         self.catalog.remove(key)
 
     # -- idempotent retries (app/backends/files/remembered.py) ---------------------------------------------------------
 
     async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
-        try:
+        with disk_errors(Access.READ, "read an idempotency key"):
             return await asyncio.to_thread(self.remembered.recall, tenant, idempotency_key)
-        except OSError as exc:
-            raise StorageUnavailable(f"the disk refused to read an idempotency key: {exc.strerror}") from exc
 
     async def forget(self, before: int) -> None:
-        try:
+        with disk_errors(Access.CHANGE, "sweep idempotency keys"):
             await asyncio.to_thread(self.remembered.forget, before)
-        except OSError as exc:
-            raise StorageUnavailable(f"the disk refused to sweep idempotency keys: {exc.strerror}") from exc
 
     def _delete_file(self, key: SessionKey) -> None:
         """Rename the file out of sessions/ (atomic), sync the folder, then unlink it."""
@@ -439,7 +432,10 @@ class FileBackend:
         space = self.datadir.space(key.tenant)
         path = space.log_path(key.id)
         trash = self.datadir.tmp / f"{key.id}.{uuid.uuid4().hex[:12]}.deleted"
-        ops.rename(path, trash)
+        try:
+            ops.rename(path, trash)
+        except FileNotFoundError:
+            return  # gone already: deleted is what was asked
         self._writer.forget(path)
         if self._sync:
             try:

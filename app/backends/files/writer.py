@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.backends.errors import StorageUnavailable
+from app.backends.errors import ChangeRefused
 from app.backends.files.cuts import Cut, CutRecords
 from app.backends.files.fileops import FileOps
 
@@ -77,7 +77,7 @@ class AppendWriter:
         self._thread.start()
 
     async def append(self, path: Path, data: bytes, *, instance: str, cut_record: Path) -> None:
-        """Append ``data`` to the file at ``path`` durably; StorageUnavailable (the file as it was) if refused."""
+        """Append ``data`` to the file at ``path`` durably; the OSError (the file as it was) if refused."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
 
@@ -86,7 +86,7 @@ class AppendWriter:
 
         with self._wakeup:
             if self._closed or not self._thread.is_alive():
-                raise StorageUnavailable("the storage is shutting down")
+                raise ChangeRefused("the store is shutting down")
             self._queue.append(_Write(path, data, Cut(instance, -1, cut_record), done))
             self._wakeup.notify()
         await future
@@ -253,7 +253,5 @@ def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
         return
     if error is None:
         future.set_result(None)
-    elif isinstance(error, OSError):
-        future.set_exception(StorageUnavailable(f"the disk refused the write: {error.strerror}"))
     else:
-        future.set_exception(error)
+        future.set_exception(error)  # an OSError is translated by the backend's one translation point

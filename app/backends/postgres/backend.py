@@ -4,8 +4,9 @@ Nothing a request answers comes from this process's memory but what cannot go st
 (read-your-writes from any replica), and the one cache, each session's rule state for checking appends
 (:mod:`~app.backends.postgres.tips`), is only a guess that the append's own statement confirms (it is conditional on
 the head: :class:`~app.backends.errors.StaleHead` otherwise). Changes are single statements or short transactions
-that commit before they return (synchronous commit); a taken id (``AlreadyExists``), a kept idempotency key
-(``AlreadyRemembered``) or a moved head rolls the whole change back. Forks share their prefix
+that commit before they return (synchronous commit); a taken id (``SessionAlreadyExists``), a kept idempotency key
+(``AlreadyRemembered``) or a moved head rolls the whole change back. Every statement runs in :meth:`_connection`,
+where the driver's errors are translated (:mod:`~app.backends.postgres.errors`). Forks share their prefix
 (:mod:`~app.backends.postgres.chains`); deleted logs are reclaimed by a sweep (:mod:`~app.backends.postgres.sweep`).
 """
 
@@ -23,25 +24,19 @@ import asyncpg
 import orjson
 
 from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed, SeedLog, SeedPrefix, Tip
-from app.backends.errors import AlreadyExists, AlreadyRemembered, StaleHead, StartRefused, StorageUnavailable
+from app.backends.errors import Access, ChangeRefused, ReadFailed, StaleHead, StartRefused, StorageUnavailable
 from app.backends.postgres import queries
 from app.backends.postgres.chains import Chain, ChainCache
 from app.backends.postgres.changes import ChangeFeed, Doorbell
-from app.backends.postgres.pool import (
-    DATABASE_DOWN,
-    DATABASE_REFUSED,
-    Connection,
-    PoolSettings,
-    connect,
-    open_pool,
-    redact,
-    storage_errors,
-)
+from app.backends.postgres.errors import DRIVER_ERRORS, database_errors
+from app.backends.postgres.failover import PrimaryWatch
+from app.backends.postgres.pool import Connection, PoolSettings, connect, open_pool, redact
 from app.backends.postgres.rows import Rows
 from app.backends.postgres.schema import migrate
 from app.backends.postgres.state import decode_checkpoint, decode_state, encode_state, fork_state
 from app.backends.postgres.sweep import sweep_once
 from app.backends.postgres.tips import CachedTip, StoredTip, TipCache
+from app.domain.errors import SessionAlreadyExists
 from app.domain.events import LogState
 from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.ids import new_instance
@@ -109,10 +104,6 @@ def _remembered_params(record: Remembered) -> list[Any]:
     ]
 
 
-def _already_remembered(exc: asyncpg.UniqueViolationError) -> bool:
-    return getattr(exc, "constraint_name", None) == "forklog_remembered_pkey"
-
-
 class PostgresBackend:
     """Sessions in the database at ``url``; ``open`` waits for it (retrying, unless ``wait`` is off: then it raises
     StorageUnavailable) and brings its schema up to date."""
@@ -149,6 +140,7 @@ class PostgresBackend:
             url, self._settings, self._replica, self._listeners, poll_interval=poll_interval, own=self._own.__contains__
         )
         self._doorbell = Doorbell(self._replica, self._notify)
+        self._watch = PrimaryWatch(url, self._settings, self._drop_connections)
         self._sweeper: asyncio.Task[None] | None = None
 
     @property
@@ -169,7 +161,7 @@ class PostgresBackend:
                 break
             except StartRefused:
                 raise
-            except DATABASE_REFUSED as exc:
+            except DRIVER_ERRORS as exc:
                 if not self._wait:
                     raise StorageUnavailable(f"cannot reach the database {self.where}: {exc}") from None
                 now = time.monotonic()
@@ -189,6 +181,7 @@ class PostgresBackend:
                 delay = min(delay * 2, 2.0)
         self._sweeper = asyncio.create_task(self._sweep_now_and_then(), name="forklog-sweep")
         self._doorbell.start()
+        self._watch.start()
         if self._listeners:
             self._feed.start()
 
@@ -202,6 +195,7 @@ class PostgresBackend:
         logger.info("serving from the database %s (schema found at version %d)", self.where, found)
 
     async def close(self) -> None:
+        await self._watch.stop()
         await self._feed.stop()
         await self._doorbell.stop()
         sweeper, self._sweeper = self._sweeper, None
@@ -213,11 +207,11 @@ class PostgresBackend:
         if pool is not None:
             try:
                 await asyncio.wait_for(pool.close(), timeout=self._settings.connect_timeout)
-            except DATABASE_DOWN:
+            except DRIVER_ERRORS:
                 pool.terminate()
 
     async def readiness(self) -> Readiness:
-        async with self._connection() as conn:
+        async with self._connection(Access.READ) as conn:
             return Readiness(int(await conn.fetchval(queries.COUNT_SESSIONS)))
 
     def listen(self, listener: ChangeListener) -> None:
@@ -226,12 +220,24 @@ class PostgresBackend:
             self._feed.start()
 
     @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Connection]:
+    async def _connection(self, access: Access) -> AsyncIterator[Connection]:
+        """A connection of the pool for a read or a change; the driver's errors of what runs on it are translated
+        (a change whose connection is lost once taken: its outcome is unknown)."""
         pool = self._pool
         if pool is None:
-            raise StorageUnavailable("the database is not connected yet")
-        async with storage_errors(), pool.acquire(timeout=self._settings.acquire_timeout) as conn:
-            yield conn
+            raise access.refused("the database is not connected yet")
+        with database_errors(access, on_lost=self._watch.suspect) as attempt:
+            async with pool.acquire(timeout=self._settings.acquire_timeout) as conn:
+                attempt.sent = True
+                yield conn
+
+    async def _drop_connections(self) -> None:
+        """The primary was lost: every connection to it is dropped now, those in use included (their requests
+        answer 503), and the next ones are taken from whichever host is the primary by then (spec 6, Failover)."""
+        old = self._pool
+        self._pool = await open_pool(self._url, self._settings, warm=False)  # connects on demand: never fails here
+        if old is not None:
+            old.terminate()
 
     def _changed(self, key: SessionKey, change_seq: int) -> None:
         """A change of this replica's committed: tell the others, and remember its number (the change feed does not
@@ -243,13 +249,13 @@ class PostgresBackend:
             self._own.discard(self._own_order.popleft())
 
     async def _notify(self, payloads: list[str]) -> None:
-        async with self._connection() as conn:
+        async with self._connection(Access.CHANGE) as conn:
             await conn.fetchval(queries.NOTIFY, payloads)
 
     # -- reads -----------------------------------------------------------------------------------------------------
 
     async def find(self, key: SessionKey) -> Session | None:
-        async with self._connection() as conn:
+        async with self._connection(Access.READ) as conn:
             row = await conn.fetchrow(queries.FIND, key.tenant, key.id)
         return _session_of(key, row) if row is not None else None
 
@@ -262,12 +268,12 @@ class PostgresBackend:
         if after is not None:
             params.extend(after)
         statement = queries.page_query(parent=parent is not None, after=after is not None)
-        async with self._connection() as conn:
+        async with self._connection(Access.READ) as conn:
             rows = await conn.fetch(statement, *params)
         return [_session_of(SessionKey(tenant, row["id"]), row) for row in rows]
 
     async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
-        async with self._connection() as conn:
+        async with self._connection(Access.READ) as conn:
             row = await conn.fetchrow(queries.READ_OWN, key.tenant, key.id, start, stop)
             if row is None:
                 return b""
@@ -276,7 +282,7 @@ class PostgresBackend:
                 return b""
             own_start = max(start, row["parent_count"])
             if row["n"] != max(0, stop - own_start):
-                raise StorageUnavailable(f"events {own_start}..{stop - 1} of session {key.id!r} are not all stored")
+                raise ReadFailed(f"events {own_start}..{stop - 1} of session {key.id!r} are not all stored")
             own = bytes(row["body"]) + b"\n" if row["n"] else b""
             if start >= row["parent_count"]:
                 return own  # the whole range is the session's own rows: one statement
@@ -288,7 +294,7 @@ class PostgresBackend:
         assert found is not None  # an aggregate always gives one row
         body, count = found
         if count != stop - start:
-            raise StorageUnavailable(f"events {start}..{stop - 1} are no longer stored (reclaimed after a delete)")
+            raise ReadFailed(f"events {start}..{stop - 1} are no longer stored (reclaimed after a delete)")
         return bytes(body) + b"\n" if count else b""
 
     def chunks(self, key: SessionKey, instance: str, stop: int) -> AsyncIterator[bytes]:
@@ -297,18 +303,18 @@ class PostgresBackend:
         return self._chunks(key, instance, stop)
 
     async def _chunks(self, key: SessionKey, instance: str, stop: int) -> AsyncIterator[bytes]:
-        async with self._connection() as conn:
+        async with self._connection(Access.READ) as conn:
             log = await conn.fetchval(queries.INCARNATION_LOG, key.tenant, key.id, instance)
             if log is None:
                 raise StaleHead(f'session "{key.id}" is no longer the incarnation the snapshot was checked against')
             chain = await self._chains.get(conn, log)
         for start in range(0, stop, CHUNK_EVENTS):
-            async with self._connection() as conn:
+            async with self._connection(Access.READ) as conn:
                 piece = await self._lines(conn, chain, start, min(stop, start + CHUNK_EVENTS))
             yield piece
 
     async def is_turn_end(self, key: SessionKey, seq: int) -> bool:
-        async with self._connection() as conn:
+        async with self._connection(Access.READ) as conn:
             row = await conn.fetchrow(queries.FIND, key.tenant, key.id)
             if row is None or not 0 <= seq < row["count"]:
                 return False
@@ -316,7 +322,7 @@ class PostgresBackend:
             return await conn.fetchrow(queries.TURN_END, chain.owner(seq), seq) is not None
 
     async def history(self, key: SessionKey, at_seq: int | None) -> list[Any]:
-        async with self._connection() as conn:
+        async with self._connection(Access.READ) as conn:
             row = await conn.fetchrow(queries.FIND, key.tenant, key.id)
             if row is None:
                 return []
@@ -368,10 +374,10 @@ class PostgresBackend:
             events: dict[int, Any] = {}
             known = [seq for seq in lookups if seq < cached.state.count]
             if known:
-                async with self._connection() as conn:
+                async with self._connection(Access.READ) as conn:
                     events = await self._events_at(conn, await self._chains.get(conn, cached.log), known)
             return Tip(cached.session, StoredTip(cached.state, events), may_be_stale=True)
-        async with self._connection() as conn:
+        async with self._connection(Access.READ) as conn:
             row = await conn.fetchrow(queries.FIND, key.tenant, key.id)
             if row is None:
                 self._tips.drop(key)
@@ -407,43 +413,38 @@ class PostgresBackend:
         rows = Rows.of_log(log)
         copied = len(log) > COPY_EVENTS
         statement = queries.CREATE_SESSION if restored_at is None else queries.RESTORE_SESSION
-        try:
-            async with self._connection() as conn:
-                log_id = int(await conn.fetchval(queries.NEW_LOG_ID))
-                atomic = conn.transaction() if copied or remember is not None else contextlib.nullcontext()
-                async with atomic:
-                    if copied:
-                        seqs, lines = rows.take_events()
-                        await conn.copy_records_to_table(
-                            "forklog_events",
-                            records=zip([log_id] * len(seqs), seqs, lines, strict=True),
-                            columns=("log", "seq", "line"),
-                            timeout=COPY_TIMEOUT,
-                        )
-                    made = await conn.fetchrow(
-                        statement,
-                        key.tenant,
-                        key.id,
-                        instance,
-                        self._clock() if restored_at is None else restored_at,
-                        *_lineage_params(lineage),
-                        log_id,
-                        len(log),
-                        encode_state(log.state),
-                        None,
-                        0,
-                        *rows.params(),
+        async with self._connection(Access.CHANGE) as conn:
+            log_id = int(await conn.fetchval(queries.NEW_LOG_ID))
+            atomic = conn.transaction() if copied or remember is not None else contextlib.nullcontext()
+            async with atomic:
+                if copied:
+                    seqs, lines = rows.take_events()
+                    await conn.copy_records_to_table(
+                        "forklog_events",
+                        records=zip([log_id] * len(seqs), seqs, lines, strict=True),
+                        columns=("log", "seq", "line"),
+                        timeout=COPY_TIMEOUT,
                     )
-                    if made is None:
-                        raise AlreadyExists(key.id)
-                    header = SessionHeader(id=key.id, created_at=made["created_at"], instance=instance, **lineage)
-                    session = Session(key, header, head_of(log.state))
-                    if remember is not None:
-                        await conn.execute(queries.INSERT_REMEMBERED, *_remembered_params(remember(session)))
-        except asyncpg.UniqueViolationError as exc:
-            if _already_remembered(exc):
-                raise AlreadyRemembered("the Idempotency-Key was used already") from None
-            raise
+                made = await conn.fetchrow(
+                    statement,
+                    key.tenant,
+                    key.id,
+                    instance,
+                    self._clock() if restored_at is None else restored_at,
+                    *_lineage_params(lineage),
+                    log_id,
+                    len(log),
+                    encode_state(log.state),
+                    None,
+                    0,
+                    *rows.params(),
+                )
+                if made is None:
+                    raise SessionAlreadyExists(key.id)
+                header = SessionHeader(id=key.id, created_at=made["created_at"], instance=instance, **lineage)
+                session = Session(key, header, head_of(log.state))
+                if remember is not None:
+                    await conn.execute(queries.INSERT_REMEMBERED, *_remembered_params(remember(session)))
         self._changed(key, made["change_seq"])
         self._tips.put(key, CachedTip(session, log_id, log.state))
         return session
@@ -453,52 +454,45 @@ class PostgresBackend:
     ) -> Session:
         count = seed.count
         empty: list[Any] = [[]] * 8
-        try:
-            async with self._connection() as conn:
-                log_id = int(await conn.fetchval(queries.NEW_LOG_ID))
-                async with conn.transaction():
-                    source = await conn.fetchrow(
-                        queries.CLAIM_SOURCE, seed.source.tenant, seed.source.id, seed.instance
-                    )
-                    if source is None:
-                        raise StaleHead(f'session "{seed.source.id}" is no longer the incarnation the fork was checked')
-                    if count > source["count"]:
-                        raise ValueError("a fork's seed is longer than its source")
-                    parent: int | None = None
-                    state = LogState()
-                    if count > 0:
-                        chain = await self._chains.get(conn, source["log"])
-                        # The child reads its seed from the log that stores the seed's last event (and its parents):
-                        # chains stay as short as the forks they are made of.
-                        parent = chain.owner(count - 1)
-                        turn_end = await conn.fetchrow(queries.TURN_END, parent, count - 1)
-                        if turn_end is None:
-                            raise ValueError("a fork's seed must end at a turn/end")
-                        state = fork_state(count, turn_end["time"], decode_checkpoint(turn_end["checkpoint"]))
-                    made = await conn.fetchrow(
-                        queries.CREATE_SESSION,
-                        key.tenant,
-                        key.id,
-                        instance,
-                        self._clock(),
-                        *_lineage_params(lineage),
-                        log_id,
-                        count,
-                        encode_state(state),
-                        parent,
-                        count if parent is not None else 0,
-                        *empty,
-                    )
-                    if made is None:
-                        raise AlreadyExists(key.id)
-                    header = SessionHeader(id=key.id, created_at=made["created_at"], instance=instance, **lineage)
-                    session = Session(key, header, head_of(state))
-                    if remember is not None:
-                        await conn.execute(queries.INSERT_REMEMBERED, *_remembered_params(remember(session)))
-        except asyncpg.UniqueViolationError as exc:
-            if _already_remembered(exc):
-                raise AlreadyRemembered("the Idempotency-Key was used already") from None
-            raise
+        async with self._connection(Access.CHANGE) as conn:
+            log_id = int(await conn.fetchval(queries.NEW_LOG_ID))
+            async with conn.transaction():
+                source = await conn.fetchrow(queries.CLAIM_SOURCE, seed.source.tenant, seed.source.id, seed.instance)
+                if source is None:
+                    raise StaleHead(f'session "{seed.source.id}" is no longer the incarnation the fork was checked')
+                if count > source["count"]:
+                    raise ChangeRefused(f'session "{seed.source.id}" holds fewer events than the fork was checked on')
+                parent: int | None = None
+                state = LogState()
+                if count > 0:
+                    chain = await self._chains.get(conn, source["log"])
+                    # The child reads its seed from the log that stores the seed's last event (and its parents):
+                    # chains stay as short as the forks they are made of.
+                    parent = chain.owner(count - 1)
+                    turn_end = await conn.fetchrow(queries.TURN_END, parent, count - 1)
+                    if turn_end is None:
+                        raise ChangeRefused(f"the fork's seed no longer ends at a stored turn/end (seq {count - 1})")
+                    state = fork_state(count, turn_end["time"], decode_checkpoint(turn_end["checkpoint"]))
+                made = await conn.fetchrow(
+                    queries.CREATE_SESSION,
+                    key.tenant,
+                    key.id,
+                    instance,
+                    self._clock(),
+                    *_lineage_params(lineage),
+                    log_id,
+                    count,
+                    encode_state(state),
+                    parent,
+                    count if parent is not None else 0,
+                    *empty,
+                )
+                if made is None:
+                    raise SessionAlreadyExists(key.id)
+                header = SessionHeader(id=key.id, created_at=made["created_at"], instance=instance, **lineage)
+                session = Session(key, header, head_of(state))
+                if remember is not None:
+                    await conn.execute(queries.INSERT_REMEMBERED, *_remembered_params(remember(session)))
         self._changed(key, made["change_seq"])
         return session
 
@@ -523,12 +517,8 @@ class PostgresBackend:
             columns = list(zip(*(_remembered_params(record) for record in remember), strict=True))
             params.extend(list(column) for column in columns)
         try:
-            async with self._connection() as conn:
+            async with self._connection(Access.CHANGE) as conn:
                 row = await conn.fetchrow(statement, *params)
-        except asyncpg.UniqueViolationError as exc:
-            if _already_remembered(exc):
-                raise AlreadyRemembered("the Idempotency-Key was used already") from None
-            raise
         except StorageUnavailable:
             self._tips.drop(key)  # the outcome is unknown: the next tip reads the row
             raise
@@ -540,19 +530,19 @@ class PostgresBackend:
 
     async def delete(self, key: SessionKey) -> None:
         self._tips.drop(key)
-        async with self._connection() as conn:
+        async with self._connection(Access.CHANGE) as conn:
             row = await conn.fetchrow(queries.DELETE_SESSION, key.tenant, key.id, self._clock())
         if row is not None:
             self._changed(key, row["change_seq"])
 
     async def tenants(self) -> list[str]:
-        async with self._connection() as conn:
+        async with self._connection(Access.READ) as conn:
             return [row[0] for row in await conn.fetch(queries.TENANTS)]
 
     # -- idempotent retries ------------------------------------------------------------------------------------------
 
     async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
-        async with self._connection() as conn:
+        async with self._connection(Access.READ) as conn:
             row = await conn.fetchrow(queries.RECALL, tenant, idempotency_key)
         if row is None:
             return None
@@ -571,7 +561,7 @@ class PostgresBackend:
         )
 
     async def forget(self, before: int) -> None:
-        async with self._connection() as conn:
+        async with self._connection(Access.CHANGE) as conn:
             await conn.execute(queries.FORGET, before)
 
     # -- reclaiming ------------------------------------------------------------------------------------------------
@@ -580,7 +570,7 @@ class PostgresBackend:
         """Reclaim the rows of logs deleted more than ``grace_ms`` ago that no live session reads; how many event
         rows went. (Runs by itself every ``sweep_interval`` seconds.)"""
         grace = self._orphan_grace_ms if grace_ms is None else grace_ms
-        async with self._connection() as conn:
+        async with self._connection(Access.CHANGE) as conn:
             return await sweep_once(conn, now=self._clock(), grace_ms=grace)
 
     async def _sweep_now_and_then(self) -> None:

@@ -23,7 +23,8 @@ from collections.abc import Awaitable, Callable
 import orjson
 
 from app.backends.base import ChangeListener
-from app.backends.postgres.pool import DATABASE_REFUSED, Connection, PoolSettings, connect
+from app.backends.postgres.errors import DRIVER_ERRORS
+from app.backends.postgres.pool import Connection, PoolSettings, connect
 from app.domain.session import SessionKey
 
 __all__ = ["CHANNEL", "ChangeFeed", "Doorbell"]
@@ -179,7 +180,7 @@ class ChangeFeed:
                     await asyncio.sleep(self._poll_interval)
             except asyncio.CancelledError:
                 raise
-            except DATABASE_REFUSED as exc:
+            except DRIVER_ERRORS as exc:
                 logger.debug("the change feed lost the database (%s); again in %.1f s", type(exc).__name__, delay)
             finally:
                 if conn is not None:
@@ -196,7 +197,8 @@ class ChangeFeed:
         low = self._marks[0][1]
         while True:
             # A session row keeps only its latest change number, so a page holds one row per session changed.
-            rows = await conn.fetch(_POLL, low, MAX_ROWS)
+            # Bounded: a primary that went silent (paused, cut off) must not hold the feed for a whole command timeout.
+            rows = await conn.fetch(_POLL, low, MAX_ROWS, timeout=self._settings.connect_timeout)
             for row in rows:
                 change_seq = int(row["change_seq"])
                 self._high = max(self._high, change_seq)

@@ -1,37 +1,30 @@
-"""The connection pool and the one place where the driver's errors become the storage layer's.
+"""The connection pool (the driver's errors become the storage layer's in :mod:`app.backends.postgres.errors`).
 
 asyncpg, with a pool whose ``reset`` does nothing: forklog runs single statements in autocommit and brackets the few
 multi-statement changes in ``conn.transaction()``, so a connection comes back idle and the default reset would only
 add a round trip to every request. Every wait is bounded: connecting, taking a connection from the pool, and each
-statement; a database that is down or unreachable answers :class:`~app.backends.errors.StorageUnavailable` within
-those bounds, never a hang. Nothing here ever shows the URL's password.
+statement; a database that is down or unreachable answers a storage error within those bounds, never a hang.
+Nothing here ever shows the URL's password.
+
+A URL may name several hosts (:mod:`app.backends.postgres.target`): a connection is then asked of all of them at
+once, and the first that takes writes is used. A host that answers at once that it cannot (it refused the
+connection, it is a standby, it is starting) is asked again every ``RETRY_HOST`` seconds while another host has not
+answered yet: a connection begun just before a standby is promoted finds the new primary, rather than waiting out a
+host that answers nothing (a paused or cut-off server) until the connect timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from app.backends.errors import StorageUnavailable
+from app.backends.postgres.target import DatabaseTarget, redact
 
-__all__ = [
-    "DATABASE_DOWN",
-    "DATABASE_REFUSED",
-    "Connection",
-    "PoolSettings",
-    "connect",
-    "open_pool",
-    "redact",
-    "storage_errors",
-    "unavailable",
-]
+__all__ = ["Connection", "PoolSettings", "connect", "open_pool", "redact"]
 
 # A connection of the pool, or one of its own: the statements take either. (asyncpg's classes are generic only in
 # its stubs, hence the alias for the type checker alone.)
@@ -39,6 +32,18 @@ if TYPE_CHECKING:
     Connection: TypeAlias = asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
 else:
     Connection = asyncpg.Connection | PoolConnectionProxy
+
+# asyncpg.connect, its keyword arguments passed through as given (its stubs spell each overload out).
+_asyncpg_connect: Any = asyncpg.connect
+
+RETRY_HOST = 0.25  # seconds between two tries of a host that answered it cannot take writes now
+# A host's answers that it cannot take writes now (as opposed to no answer at all).
+NOT_NOW: tuple[type[Exception], ...] = (
+    OSError,
+    asyncpg.exceptions.TargetServerAttributeNotMatched,
+    asyncpg.CannotConnectNowError,
+    asyncpg.ReadOnlySQLTransactionError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,63 +55,84 @@ class PoolSettings:
     command_timeout: float = 30.0  # seconds one statement may run
 
 
-def redact(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages and logs)."""
+async def connect(url: str, settings: PoolSettings, **options: Any) -> asyncpg.Connection:
+    """One connection to the primary (outside the pool: migrations, notifications, the primary watch; or for it)."""
+    target = DatabaseTarget.parse(url)
+    options = {"timeout": settings.connect_timeout, "command_timeout": settings.command_timeout, **options}
+    if not target.several:
+        single: asyncpg.Connection = await _asyncpg_connect(url, **options)
+        return single
+    return await _first_writable(url, target, options)
+
+
+async def _first_writable(url: str, target: DatabaseTarget, options: dict[str, Any]) -> asyncpg.Connection:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + float(options.pop("timeout"))
+    failures: list[BaseException] = []
+    in_flight = 0  # attempts sent and not answered yet
+
+    async def one(host: str, port: int) -> asyncpg.Connection:
+        nonlocal in_flight
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError(f"{host}:{port} did not answer in time")
+            in_flight += 1
+            try:
+                found: asyncpg.Connection = await _asyncpg_connect(
+                    url,
+                    host=host,
+                    port=port,
+                    timeout=remaining,
+                    target_session_attrs=target.target_session_attrs,
+                    **options,
+                )
+            except NOT_NOW:
+                # Asked again only while another host's attempt is still unanswered: when every host answered that
+                # it cannot, fail at once.
+                if in_flight <= 1:
+                    raise
+            else:
+                return found
+            finally:
+                in_flight -= 1
+            await asyncio.sleep(min(RETRY_HOST, max(0.0, deadline - loop.time())))
+
+    tasks = [asyncio.ensure_future(one(host, port)) for host, port in target.hosts]
+    chosen: asyncpg.Connection | None = None
     try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "(a malformed URL)"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+        for finished in asyncio.as_completed(tasks):
+            try:
+                chosen = await finished
+            except Exception as exc:  # this host cannot be used; another may
+                failures.append(exc)
+                continue
+            return chosen
+        raise _best(failures)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for result in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(result, asyncpg.Connection) and result is not chosen:
+                result.terminate()  # a second host that took writes too: only one is used
 
 
-def unavailable(exc: BaseException) -> StorageUnavailable:
-    """The error a request answers when the database refused it or could not be reached (503 STORAGE_UNAVAILABLE)."""
-    if isinstance(exc, asyncpg.PostgresError):
-        reason = f"{type(exc).__name__}: {exc.args[0] if exc.args else ''}"
-    elif isinstance(exc, TimeoutError):
-        reason = "timed out"
-    else:
-        reason = type(exc).__name__
-    return StorageUnavailable(f"the database is unavailable ({reason}); nothing was changed by this request")
+def _best(failures: list[BaseException]) -> BaseException:
+    """The failure that explains best why no host could be used: a server's refusal of this client (a password,
+    a missing database), else a standby found, else the last one."""
+    for wanted in (asyncpg.PostgresError, asyncpg.exceptions.TargetServerAttributeNotMatched):
+        for failure in failures:
+            if isinstance(failure, wanted) and not isinstance(failure, NOT_NOW):
+                return failure
+    for failure in failures:
+        if isinstance(failure, asyncpg.exceptions.TargetServerAttributeNotMatched):
+            return failure
+    return failures[-1] if failures else TimeoutError("no host of the database URL answered in time")
 
 
-# What the driver raises when the database is down, restarting, unreachable or out of resources.
-DATABASE_DOWN: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    asyncpg.InterfaceError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.OperatorInterventionError,
-    asyncpg.InsufficientResourcesError,
-    asyncpg.PostgresSystemError,
-    asyncpg.InternalClientError,
-    asyncpg.QueryCanceledError,
-    asyncpg.ObjectInUseError,
-    asyncpg.InvalidCatalogNameError,
-)
-# Down, or refusing this client (a wrong password, a missing database): what a start waits out.
-DATABASE_REFUSED: tuple[type[BaseException], ...] = (*DATABASE_DOWN, asyncpg.PostgresError)
-
-
-@contextlib.asynccontextmanager
-async def storage_errors() -> AsyncIterator[None]:
-    """Translate the driver's errors of a database that is down into :class:`StorageUnavailable`."""
-    try:
-        yield
-    except DATABASE_DOWN as exc:
-        raise unavailable(exc) from exc
-
-
-async def connect(url: str, settings: PoolSettings) -> asyncpg.Connection:
-    """One connection outside the pool (migrations, notifications)."""
-    return await asyncpg.connect(url, timeout=settings.connect_timeout, command_timeout=settings.command_timeout)
+async def _connect_for_pool(dsn: str, *, settings: PoolSettings, **options: Any) -> asyncpg.Connection:
+    options.pop("loop", None)
+    return await connect(dsn, settings, **options)
 
 
 async def _no_reset(_conn: asyncpg.Connection) -> None:
@@ -118,15 +144,21 @@ async def _setup(conn: asyncpg.Connection) -> None:
     await conn.execute("SET synchronous_commit TO on")
 
 
-async def open_pool(url: str, settings: PoolSettings) -> asyncpg.Pool:
+async def open_pool(url: str, settings: PoolSettings, *, warm: bool = True) -> asyncpg.Pool:
+    """A pool of connections to the primary; without ``warm`` it connects only when a connection is asked for."""
+
+    async def connect_one(dsn: str, **options: Any) -> asyncpg.Connection:
+        return await _connect_for_pool(dsn, settings=settings, **options)
+
     pool = asyncpg.create_pool(
         url,
-        min_size=settings.min_size,
+        min_size=settings.min_size if warm else 0,
         max_size=settings.max_size,
         timeout=settings.connect_timeout,
         command_timeout=settings.command_timeout,
         reset=_no_reset,
         init=_setup,
+        connect=cast(Any, connect_one),  # asyncpg's stubs type the hook narrower than it is called
         # A connection idle this long is closed: after a database restart the pool holds no dead ones for long.
         max_inactive_connection_lifetime=60.0,
     )

@@ -1,8 +1,8 @@
 """When a call is tried again, and how long it waits first (spec 15, "Retries").
 
 Retried: a connection error or timeout, ``408``, ``429``, ``502``, ``503``, ``504`` and ``409
-IDEMPOTENCY_KEY_IN_PROGRESS``; never another ``4xx``, never ``500``. The wait doubles from 0.5 s up to 8 s with up
-to 25 % of jitter, or is the answer's ``Retry-After`` when it sends one (up to :data:`MAX_RETRY_AFTER`).
+IDEMPOTENCY_KEY_IN_PROGRESS``; never another ``4xx``, never ``500``. The wait doubles from 0.5 s up to 8 s with 25 %
+of jitter, or is the answer's ``Retry-After`` when it sends one (up to :data:`MAX_RETRY_AFTER`).
 """
 
 from __future__ import annotations
@@ -33,9 +33,11 @@ def retryable_answer(status: int, problem: dict[str, Any]) -> bool:
 
 def backoff(retry: int) -> float:
     """The wait before retry number ``retry`` (0 for the first): 0.5 s, 1 s, 2 s, … up to 8 s, each up to a quarter
-    longer at random so that clients that failed together do not come back together."""
+    longer at random (at 8 s, up to a quarter shorter) so that clients that failed together come back apart."""
     base = min(LAST_WAIT, FIRST_WAIT * 2.0**retry)
-    return min(LAST_WAIT, base * (1.0 + JITTER * random.random()))
+    if base * (1.0 + JITTER) <= LAST_WAIT:
+        return base * (1.0 + JITTER * random.random())
+    return LAST_WAIT * (1.0 - JITTER * random.random())
 
 
 def retry_after(response: httpx.Response, problem: dict[str, Any]) -> float | None:

@@ -337,6 +337,9 @@ def test_random_drops_change_nothing_twice_and_miss_nothing(server: Server, prox
             client.sessions.append("py-random", turn(number))
             client.sessions.fork("py-random", session_id=f"py-random-{number}")
             client.sessions.append("py-random", [note(number)])
+        deadline = time.monotonic() + 30
+        while len(seqs) < 4 * 7 and time.monotonic() < deadline:  # a deletion takes the events a tail has not seen
+            time.sleep(0.01)
         client.sessions.delete("py-random")
     follower.join(60)
 

@@ -4,7 +4,7 @@ coroutine, every iterator an async one)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -111,7 +111,7 @@ class AsyncSessions:
         origin: str | None = None,
         agent_preset: str | None = None,
         page_size: int = 100,
-    ) -> AsyncIterator[Session]:
+    ) -> AsyncGenerator[Session, None]:
         """Every matching session, page after page (each page one request, asked for as the iteration needs it)."""
         filters = _calls.list_filters(parent, order, direction, q, cwd, origin, agent_preset)
         cursor: str | None = None
@@ -133,7 +133,7 @@ class AsyncSessions:
     ) -> Appended:
         return await self._client._send(_calls.append(id, events, expected_seq, instance, idempotency_key))
 
-    async def events(self, id: str, from_seq: int = 0, page_size: int = 1000) -> AsyncIterator[Event]:
+    async def events(self, id: str, from_seq: int = 0, page_size: int = 1000) -> AsyncGenerator[Event, None]:
         """The stored events from ``from_seq`` to the end of the log as it is when each page is read."""
         position = from_seq
         while True:
@@ -144,7 +144,7 @@ class AsyncSessions:
                 return
             position = page.next_seq
 
-    async def tail(self, id: str, from_seq: int = 0) -> AsyncIterator[Event]:
+    async def tail(self, id: str, from_seq: int = 0) -> AsyncGenerator[Event, None]:
         """Every event from ``from_seq`` on, live, each once and in order, across disconnects, until the session is
         deleted. Raises :class:`SessionNotFoundError` when the session does not exist at the first connect."""
         client = self._client

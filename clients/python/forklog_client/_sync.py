@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -110,7 +110,7 @@ class Sessions:
         origin: str | None = None,
         agent_preset: str | None = None,
         page_size: int = 100,
-    ) -> Iterator[Session]:
+    ) -> Generator[Session, None, None]:
         """Every matching session, page after page (each page one request, asked for as the iteration needs it)."""
         filters = _calls.list_filters(parent, order, direction, q, cwd, origin, agent_preset)
         cursor: str | None = None
@@ -131,7 +131,7 @@ class Sessions:
     ) -> Appended:
         return self._client._send(_calls.append(id, events, expected_seq, instance, idempotency_key))
 
-    def events(self, id: str, from_seq: int = 0, page_size: int = 1000) -> Iterator[Event]:
+    def events(self, id: str, from_seq: int = 0, page_size: int = 1000) -> Generator[Event, None, None]:
         """The stored events from ``from_seq`` to the end of the log as it is when each page is read."""
         position = from_seq
         while True:
@@ -141,7 +141,7 @@ class Sessions:
                 return
             position = page.next_seq
 
-    def tail(self, id: str, from_seq: int = 0) -> Iterator[Event]:
+    def tail(self, id: str, from_seq: int = 0) -> Generator[Event, None, None]:
         """Every event from ``from_seq`` on, live, each once and in order, across disconnects, until the session is
         deleted. Raises :class:`SessionNotFoundError` when the session does not exist at the first connect."""
         client = self._client

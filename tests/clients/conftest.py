@@ -18,9 +18,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: starts real server processes (deselect with -m 'not e2e')")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One server for a module's tests (each test uses session ids of its own)."""
+    """One server for every client test (each test uses session ids of its own)."""
     root = tmp_path_factory.mktemp("server")
     running = Server(root / "data", root / "server.log").start()
     yield running

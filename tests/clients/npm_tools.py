@@ -58,11 +58,14 @@ def step(command: list[str], cwd: Path, env: dict[str, str] | None = None, timeo
     return done.stdout
 
 
+def cache_folder() -> Path:
+    return Path(os.environ.get("FORKLOG_E2E_CACHE", Path.home() / ".cache" / "forklog-e2e"))
+
+
 def dev_modules() -> Path:
     """``node_modules`` of clients/typescript's lock (TypeScript, openapi-typescript), installed once per lock."""
     lock = (PACKAGE / "package-lock.json").read_bytes()
-    cache = Path(os.environ.get("FORKLOG_E2E_CACHE", Path.home() / ".cache" / "forklog-e2e"))
-    folder = cache / f"ts-client-{hashlib.sha256(lock).hexdigest()[:16]}"
+    folder = cache_folder() / f"ts-client-{hashlib.sha256(lock).hexdigest()[:16]}"
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / ".lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # one install, whatever runs beside this one

@@ -83,6 +83,8 @@ class FaultProxy:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
+        # asyncio holds tasks weakly: a connection's task waiting on a quiet socket must not be collected midway.
+        self._serving: set[asyncio.Task[None]] = set()
 
     @property
     def base(self) -> str:
@@ -98,10 +100,12 @@ class FaultProxy:
         async def close() -> None:
             if self._server is not None:
                 self._server.close()
-            serving = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-            for task in serving:
-                task.cancel()
-            await asyncio.gather(*serving, return_exceptions=True)
+            # Connections accepted just before the close start their task just after it: repeat until none is left.
+            while serving := [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]:
+                for task in serving:
+                    task.cancel()
+                await asyncio.gather(*serving, return_exceptions=True)
+                await asyncio.sleep(0)
 
         asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -146,6 +150,9 @@ class FaultProxy:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        task = asyncio.current_task()
+        if task is not None:
+            self._serving.add(task)
         try:
             while True:
                 try:
@@ -190,6 +197,8 @@ class FaultProxy:
             writer.close()
             if upstream is not None:
                 upstream[1].close()
+            if task is not None:
+                self._serving.discard(task)
 
     async def _relay(
         self, upstream: asyncio.StreamReader, client: asyncio.StreamWriter, fault: Fault | None, *, streaming: bool

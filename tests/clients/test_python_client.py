@@ -142,8 +142,8 @@ def test_a_call_that_ran_out_of_retries_may_be_called_again_with_its_key(server:
 
     with client_of(proxy.base, max_retries=2) as client:
         with pytest.raises(ConnectionError):
-            client.sessions.append("py-again", [note(1)], idempotency_key="note-1")
-        again = client.sessions.append("py-again", [note(1)], idempotency_key="note-1")
+            client.sessions.append("py-again", [note(1)], idempotency_key="py-note-1")
+        again = client.sessions.append("py-again", [note(1)], idempotency_key="py-note-1")
 
     assert [event.seq for event in again.events] == [0]
     assert len(stored_events(server, "py-again")) == 1

@@ -3,6 +3,7 @@ server and through the fault proxy, after a strict build; and its types kept in 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -46,6 +47,17 @@ def test_the_types_are_generated_from_the_committed_document(tmp_path: Path) -> 
 
     assert generated.read_text() == (PACKAGE / "src" / "schema.ts").read_text(), (
         "clients/typescript/src/schema.ts is not the document's: run `npm run generate` in clients/typescript"
+    )
+
+
+def test_the_build_is_strict_and_emits_es_modules_with_declarations(package: Path) -> None:
+    manifest = json.loads((package / "package.json").read_text())
+
+    assert json.loads((package / "tsconfig.json").read_text())["compilerOptions"]["strict"] is True
+    assert manifest["type"] == "module" and manifest["exports"]["."]["types"] == "./dist/index.d.ts"
+    assert (package / "dist" / "index.d.ts").exists()
+    assert re.search(
+        r"^export \{ Forklog, Sessions \} from \"./client.js\";$", (package / "dist" / "index.js").read_text(), re.M
     )
 
 

@@ -112,8 +112,8 @@ test("a call out of retries rejects with ConnectionError and may be called again
   await plan([{ kind: "after_answer", path: APPEND, method: "POST", times: 3 }]);
   const forklog = client(PROXY, { maxRetries: 2 });
 
-  const lost = await forklog.sessions.append("ts-again", [note(1)], { idempotencyKey: "note-1" }).catch((e) => e);
-  const again = await forklog.sessions.append("ts-again", [note(1)], { idempotencyKey: "note-1" });
+  const lost = await forklog.sessions.append("ts-again", [note(1)], { idempotencyKey: "ts-note-1" }).catch((e) => e);
+  const again = await forklog.sessions.append("ts-again", [note(1)], { idempotencyKey: "ts-note-1" });
 
   assert.ok(lost instanceof ConnectionError);
   assert.deepEqual(again.events.map((event) => event.seq), [0]);

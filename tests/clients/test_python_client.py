@@ -182,6 +182,39 @@ def test_retry_after_is_waited_for_and_other_problems_are_not_retried(server: Se
     assert [event["seq"] for event in stored_events(server, "py-wait")] == [0]
 
 
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(503, "NOT_READY"), (408, "REQUEST_TIMEOUT"), (502, None), (409, "IDEMPOTENCY_KEY_IN_PROGRESS")],
+)
+def test_answers_that_ask_for_a_retry_are_retried_with_the_same_key(
+    server: Server, proxy: FaultProxy, status: int, code: str | None
+) -> None:
+    session_id = f"py-retried-{status}"
+    with client_of(server.base) as direct:
+        direct.sessions.create(id=session_id)
+    proxy.plan(Fault("answer", APPEND, "POST", status=status, problem={"code": code, "status": status}))
+
+    with client_of(proxy.base) as client:
+        appended = client.sessions.append(session_id, [note(1)])
+
+    assert [event.seq for event in appended.events] == [0]
+    assert len(stored_events(server, session_id)) == 1
+    assert [seen.fault for seen in proxy.log] == ["answer", ""]
+    assert proxy.log[0].idempotency_key == proxy.log[1].idempotency_key
+
+
+def test_another_4xx_is_not_retried(server: Server, proxy: FaultProxy) -> None:
+    with client_of(server.base) as direct:
+        direct.sessions.create(id="py-not-retried")
+    proxy.plan(Fault("answer", APPEND, "POST", status=409, problem={"code": "SEQ_CONFLICT", "currentSeq": 0}))
+
+    with client_of(proxy.base) as client, pytest.raises(SeqConflictError):
+        client.sessions.append("py-not-retried", [note(1)])
+
+    assert len(proxy.log) == 1
+    assert stored_events(server, "py-not-retried") == []
+
+
 def test_503_is_retried_and_raises_its_problem_when_it_lasts(server: Server, proxy: FaultProxy) -> None:
     with client_of(server.base) as direct:
         direct.sessions.create(id="py-503")

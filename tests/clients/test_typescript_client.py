@@ -13,6 +13,7 @@ import pytest
 
 from tests.clients.npm_tools import PACKAGE, build, dev_modules, node, step
 from tests.clients.proxy import FaultProxy
+from tests.clients.test_python_errors import CODES, class_name
 from tests.e2e.server import REPO, Server
 
 pytestmark = pytest.mark.e2e
@@ -37,6 +38,14 @@ def test_the_node_suite_passes(package: Path, server: Server, module_proxy: Faul
     output = step([node(), "--test", "--test-reporter=tap", f"test/{suite}"], package, env, timeout=120)
 
     assert re.search(r"^# pass [1-9]", output, re.M) and re.search(r"^# fail 0$", output, re.M), output
+
+
+@pytest.mark.parametrize("code", CODES)
+def test_each_code_has_its_error_class_named_as_in_python(code: str) -> None:
+    source = (PACKAGE / "src" / "errors.ts").read_text()
+
+    assert f"export class {class_name(code)} extends ForklogError {{" in source
+    assert f"  {code}: {class_name(code)},\n" in source
 
 
 def test_the_types_are_generated_from_the_committed_document(tmp_path: Path) -> None:

@@ -5,6 +5,8 @@ package's ES modules and their declarations)."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -74,7 +76,12 @@ def test_npm_installs_the_typescript_library_and_a_user_s_walk_checks_and_runs(t
     # npm installs the package's own devDependencies (TypeScript) from the cache when its prepare script builds it.
     step([npm(), "install", "--no-audit", "--no-fund", "--loglevel=error", str(package)], project)
     shutil.copy(USER / "walk.ts", project)
-    shutil.copy(USER / "tsconfig.json", project)
+    readme = re.search(r"```ts\n(.*?)```", (package / "README.md").read_text(), re.S)
+    assert readme is not None
+    (project / "readme.ts").write_text(readme.group(1))  # the package README's example: checked, not run
+    tsconfig = json.loads((USER / "tsconfig.json").read_text())
+    tsconfig["include"].append("readme.ts")
+    (project / "tsconfig.json").write_text(json.dumps(tsconfig))
 
     step([node(), str(dev_modules() / "typescript" / "bin" / "tsc"), "-p", "."], project)
     output = step([node(), "dist/walk.js"], project, {"BASE": server.base, "WALK_ID": "ts-user"})

@@ -63,6 +63,8 @@ class Seen:
     idempotency_key: str | None
     last_event_id: str | None
     fault: str
+    query: str = ""
+    body: str = ""
 
 
 class _Dropped(Exception):
@@ -175,6 +177,8 @@ class FaultProxy:
                         headers.get("idempotency-key"),
                         headers.get("last-event-id"),
                         fault.kind if fault else "",
+                        target.decode().partition("?")[2],
+                        body.decode(errors="replace"),
                     )
                 )
                 if fault is not None and fault.kind == "before_request":

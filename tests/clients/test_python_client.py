@@ -7,9 +7,11 @@ exactly once, whatever the proxy lost; a tail delivers every event once and in o
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 from forklog_client import (
@@ -253,12 +255,34 @@ def test_list_and_events_follow_every_page_across_lost_answers(server: Server, p
     assert sorted(proxy.faults_met()) == ["after_answer", "before_request"]
 
 
-def test_list_passes_the_newer_filters_through(server: Server, proxy: FaultProxy) -> None:
-    # This server may ignore or refuse them; what it is sent is what was asked for.
-    with client_of(proxy.base) as client, contextlib.suppress(ForklogError):
-        list(client.sessions.list(order="updated", direction="desc", q="hello", cwd="/w", agent_preset="p"))
+def test_the_newer_list_and_fork_parameters_are_sent_by_their_wire_names(server: Server, proxy: FaultProxy) -> None:
+    with client_of(server.base) as direct:
+        direct.sessions.create(id="py-newer")
+        direct.sessions.append("py-newer", turn(1))
+    filters = {"order": "updated", "direction": "desc", "q": "hello", "cwd": "/w", "origin": "subagent"}
+    edited = [{"type": "turn/start", "data": {"turn": 1}}]
 
-    assert proxy.log[0].path == "/sessions"
+    # A server before spec 12 may ignore or refuse them: what matters here is what it is sent.
+    with client_of(proxy.base) as client:
+        with contextlib.suppress(ForklogError):
+            list(
+                client.sessions.list(
+                    order="updated", direction="desc", q="hello", cwd="/w", origin="subagent", agent_preset="p"
+                )
+            )
+        with contextlib.suppress(ForklogError):
+            client.sessions.fork("py-newer", at_turn=0, events=edited)
+        with contextlib.suppress(ForklogError):
+            client.sessions.fork("py-newer", at_message_id="a1")
+
+    listed, at_turn, at_message = proxy.log[0], proxy.log[1], proxy.log[2]
+    assert parse_qs(listed.query) == {
+        **{name: [value] for name, value in filters.items()},
+        "agentPreset": ["p"],
+        "limit": ["100"],
+    }
+    assert json.loads(at_turn.body) == {"atTurn": 0, "events": edited}
+    assert json.loads(at_message.body) == {"atMessageId": "a1"}
 
 
 # -- the tail ----------------------------------------------------------------------------------------------------------

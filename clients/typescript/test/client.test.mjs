@@ -160,6 +160,29 @@ test("list and events follow every page across lost answers", async () => {
   assert.deepEqual(later, [9, 10, 11]);
 });
 
+test("the newer list and fork parameters are sent by their wire names", async () => {
+  await direct("/sessions", { id: "ts-newer" });
+  await direct("/sessions/ts-newer/events", { events: turn(1) });
+  await plan([]);
+  const mark = (await proxyLog()).length;
+  const forklog = client(PROXY);
+  const edited = [{ type: "turn/start", data: { turn: 1 } }];
+
+  // A server before spec 12 may ignore or refuse them: what matters here is what it is sent.
+  const ignore = (error) => assert.ok(error instanceof ForklogError);
+  const filters = { order: "updated", direction: "desc", q: "hello", cwd: "/w", origin: "subagent", agentPreset: "p" };
+  await (async () => {
+    for await (const session of forklog.sessions.list(filters)) void session;
+  })().catch(ignore);
+  await forklog.sessions.fork("ts-newer", { atTurn: 0, events: edited }).catch(ignore);
+  await forklog.sessions.fork("ts-newer", { atMessageId: "a1" }).catch(ignore);
+
+  const [listed, atTurn, atMessage] = (await proxyLog()).slice(mark);
+  assert.deepEqual(Object.fromEntries(new URLSearchParams(listed.query)), { ...filters, limit: "100" });
+  assert.deepEqual(JSON.parse(atTurn.body), { atTurn: 0, events: edited });
+  assert.deepEqual(JSON.parse(atMessage.body), { atMessageId: "a1" });
+});
+
 test("a tail sees every event once and in order across drops and ends with its session", async () => {
   await direct("/sessions", { id: "ts-tail" });
   await direct("/sessions/ts-tail/events", { events: [0, 1, 2, 3, 4].map(note) });

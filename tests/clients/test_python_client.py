@@ -179,7 +179,7 @@ def test_retry_after_is_waited_for_and_other_problems_are_not_retried(server: Se
     with client_of(proxy.base, max_retries=0) as client, pytest.raises(RateLimitedError) as refused:
         client.sessions.append("py-wait", [note(2)])
 
-    assert 1.0 <= waited < 5.0
+    assert 1.0 <= waited < 10.0
     assert refused.value.problem["retryAfterMs"] == 1000
     assert [event["seq"] for event in stored_events(server, "py-wait")] == [0]
 

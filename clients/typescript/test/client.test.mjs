@@ -131,7 +131,7 @@ test("Retry-After is waited for; a 429 that lasts rejects with its problem", asy
   await plan([{ ...answer, problem: limited }]);
   const refused = await client(PROXY, { maxRetries: 0 }).sessions.append("ts-wait", [note(2)]).catch((e) => e);
 
-  assert.ok(waited >= 1000 && waited < 5000, `waited ${waited} ms`);
+  assert.ok(waited >= 1000 && waited < 10_000, `waited ${waited} ms`);
   assert.ok(refused instanceof RateLimitedError);
   assert.equal(refused.problem.retryAfterMs, 1000);
   assert.deepEqual(await storedSeqs("ts-wait"), [0]);
@@ -265,9 +265,11 @@ test("a tail stops when its signal is aborted", async () => {
   await direct("/sessions/ts-abort/events", { events: [note(0)] });
   const controller = new AbortController();
   const seqs = [];
-  setTimeout(() => controller.abort(), 300);
 
-  for await (const event of client(PROXY).sessions.tail("ts-abort", { signal: controller.signal })) seqs.push(event.seq);
+  for await (const event of client(PROXY).sessions.tail("ts-abort", { signal: controller.signal })) {
+    seqs.push(event.seq);
+    setTimeout(() => controller.abort(), 100); // while the tail waits for the next event
+  }
 
   assert.deepEqual(seqs, [0]);
   assert.ok(await exists("ts-abort"));

@@ -9,7 +9,8 @@ planned :class:`Fault` that matches the request (method and a regular expression
   has come), without the end of the chunked body: the client sees a broken stream;
 - ``end_stream``: a response's body ends cleanly after ``frames`` frames (the chunked body's last chunk is sent);
 - ``answer``: the proxy itself answers ``status`` with a problem body and ``headers`` (a ``503``, a ``429`` with
-  ``Retry-After``, …), without forwarding.
+  ``Retry-After``, …), without forwarding;
+- ``stall``: the request is held, never forwarded nor answered, for ``seconds``; then the connection is closed.
 
 ``random`` applies one of the fitting faults to each request with a probability, from a seeded generator. A client
 written in another language plans faults through the proxy itself: ``POST /__proxy/plan`` with
@@ -29,7 +30,7 @@ from typing import Any
 
 __all__ = ["Fault", "FaultProxy"]
 
-KINDS = ("before_request", "after_answer", "mid_stream", "end_stream", "answer")
+KINDS = ("before_request", "after_answer", "mid_stream", "end_stream", "answer", "stall")
 STREAM = re.compile(r"/events/stream$")
 
 
@@ -44,6 +45,7 @@ class Fault:
     status: int = 503
     headers: dict[str, str] = field(default_factory=dict)
     problem: dict[str, Any] | None = None
+    seconds: float = 5.0
     hook: Callable[[], None] | None = None  # Python tests only: runs when the fault strikes, before the drop
 
     def __post_init__(self) -> None:
@@ -183,6 +185,9 @@ class FaultProxy:
                 )
                 if fault is not None and fault.kind == "before_request":
                     _strike(fault)
+                    return
+                if fault is not None and fault.kind == "stall":
+                    await asyncio.sleep(fault.seconds)
                     return
                 if fault is not None and fault.kind == "answer":
                     writer.write(_answer(fault, path))

@@ -205,6 +205,22 @@ def test_answers_that_ask_for_a_retry_are_retried_with_the_same_key(
     assert proxy.log[0].idempotency_key == proxy.log[1].idempotency_key
 
 
+def test_timeout_bounds_each_attempt_and_a_timed_out_attempt_is_retried(server: Server, proxy: FaultProxy) -> None:
+    with client_of(server.base) as direct:
+        direct.sessions.create(id="py-stalled")
+    proxy.plan(Fault("stall", APPEND, "POST", seconds=5.0), Fault("stall", r"^/sessions/py-stalled$", "GET"))
+
+    with Forklog(proxy.base, timeout=0.5) as client:
+        started = time.monotonic()
+        appended = client.sessions.append("py-stalled", [note(1)])
+        session = client.sessions.get("py-stalled")
+        took = time.monotonic() - started
+
+    assert [event.seq for event in appended.events] == [0] and session.event_count == 1
+    assert proxy.faults_met() == ["stall", "stall"]
+    assert took < 4.0  # each stalled attempt gave up after its own 0.5 s, not after the proxy's 5 s
+
+
 def test_another_4xx_is_not_retried(server: Server, proxy: FaultProxy) -> None:
     with client_of(server.base) as direct:
         direct.sessions.create(id="py-not-retried")

@@ -107,6 +107,24 @@ for (const kind of ["before_request", "after_answer"]) {
   });
 }
 
+test("timeoutMs bounds each attempt, and a timed-out attempt is retried", async () => {
+  await direct("/sessions", { id: "ts-stalled" });
+  await plan([
+    { kind: "stall", path: APPEND, method: "POST", seconds: 5 },
+    { kind: "stall", path: "^/sessions/ts-stalled$", method: "GET", seconds: 5 },
+  ]);
+  const forklog = new Forklog({ baseUrl: PROXY, timeoutMs: 500 });
+
+  const started = Date.now();
+  const appended = await forklog.sessions.append("ts-stalled", [note(1)]);
+  const session = await forklog.sessions.get("ts-stalled");
+  const took = Date.now() - started;
+
+  assert.deepEqual(appended.events.map((event) => event.seq), [0]);
+  assert.equal(session.eventCount, 1);
+  assert.ok(took < 4000, `took ${took} ms`); // each stalled attempt gave up after its own 0.5 s
+});
+
 test("a call out of retries rejects with ConnectionError and may be called again with its key", async () => {
   await direct("/sessions", { id: "ts-again" });
   await plan([{ kind: "after_answer", path: APPEND, method: "POST", times: 3 }]);

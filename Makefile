@@ -13,8 +13,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check app tests bench
-	$(BIN)/ruff format --check app tests bench
+	$(BIN)/ruff check app tests bench clients/python
+	$(BIN)/ruff format --check app tests bench clients/python
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)

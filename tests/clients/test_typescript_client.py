@@ -1,0 +1,77 @@
+"""The TypeScript client (spec 15): its own tests (``node --test``, in clients/typescript/test/) against a real
+server and through the fault proxy, after a strict build; and its types kept in step with the OpenAPI document."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.clients.npm_tools import PACKAGE, build, dev_modules, node, step
+from tests.clients.proxy import FaultProxy
+from tests.clients.test_python_errors import CODES, class_name
+from tests.e2e.server import REPO, Server
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield build(tmp_path_factory.mktemp("ts-client"))
+
+
+@pytest.fixture(scope="module")
+def module_proxy(server: Server) -> Iterator[FaultProxy]:
+    running = FaultProxy(server.port).start()
+    yield running
+    running.stop()
+
+
+@pytest.mark.parametrize("suite", ["retry.test.mjs", "client.test.mjs"])
+def test_the_node_suite_passes(package: Path, server: Server, module_proxy: FaultProxy, suite: str) -> None:
+    env = {"FORKLOG_SERVER": server.base, "FORKLOG_PROXY": module_proxy.base, "NODE_NO_WARNINGS": "1"}
+
+    output = step([node(), "--test", "--test-reporter=tap", f"test/{suite}"], package, env, timeout=120)
+
+    assert re.search(r"^# pass [1-9]", output, re.M) and re.search(r"^# fail 0$", output, re.M), output
+
+
+@pytest.mark.parametrize("code", CODES)
+def test_each_code_has_its_error_class_named_as_in_python(code: str) -> None:
+    source = (PACKAGE / "src" / "errors.ts").read_text()
+
+    assert f"export class {class_name(code)} extends ForklogError {{" in source
+    assert f"  {code}: {class_name(code)},\n" in source
+
+
+def test_the_types_are_generated_from_the_committed_document(tmp_path: Path) -> None:
+    generated = tmp_path / "schema.ts"
+    tool = dev_modules() / "openapi-typescript" / "bin" / "cli.js"
+
+    step([node(), str(tool), str(REPO / "openapi" / "openapi.json"), "-o", str(generated)], tmp_path)
+
+    assert generated.read_text() == (PACKAGE / "src" / "schema.ts").read_text(), (
+        "clients/typescript/src/schema.ts is not the document's: run `npm run generate` in clients/typescript"
+    )
+
+
+def test_the_build_is_strict_and_emits_es_modules_with_declarations(package: Path) -> None:
+    manifest = json.loads((package / "package.json").read_text())
+
+    assert json.loads((package / "tsconfig.json").read_text())["compilerOptions"]["strict"] is True
+    assert manifest["type"] == "module" and manifest["exports"]["."]["types"] == "./dist/index.d.ts"
+    assert (package / "dist" / "index.d.ts").exists()
+    assert re.search(
+        r"^export \{ Forklog, Sessions \} from \"./client.js\";$", (package / "dist" / "index.js").read_text(), re.M
+    )
+
+
+def test_node_modules_and_builds_stay_out_of_the_repository() -> None:
+    ignored = (REPO / ".gitignore").read_text().splitlines()
+
+    assert {"/clients/typescript/node_modules/", "/clients/typescript/dist/"} <= set(ignored)
+    assert os.path.exists(PACKAGE / "package-lock.json")

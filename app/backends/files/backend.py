@@ -33,6 +33,7 @@ from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, pa
 from app.backends.files.remembered import RememberedJournal, lines_digest
 from app.backends.files.writer import OPEN_FILES, AppendWriter
 from app.backends.memory import live_prefix, log_chunks
+from app.backends.observer import StorageObserver
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey, head_of
 
@@ -57,6 +58,9 @@ class _BodyCopy:
     instance: str
     size: int
 
+
+# The name of a request's wait for its durable write, in its trace.
+SYNC_SPAN = "forklog.storage.sync"
 
 # How often the checkpoint journal is brought up to date while the service runs.
 CHECKPOINT_SECONDS = 1.0
@@ -106,6 +110,15 @@ class FileBackend:
     @property
     def data_dir(self) -> Path:
         return self.datadir.root
+
+    @property
+    def observer(self) -> StorageObserver:
+        """Told of every append round's events and time, and of each request's wait for its sync."""
+        return self._writer.observer
+
+    @observer.setter
+    def observer(self, observer: StorageObserver) -> None:
+        self._writer.observer = observer
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
@@ -264,7 +277,8 @@ class FileBackend:
         placed = await self._write_records(records)
         body = log.body_pieces()  # the new session is not live yet: nothing appends while it is written
         try:
-            await asyncio.to_thread(self._create_file, key, header, body, copy_from)
+            with self._writer.observer.durable_write(SYNC_SPAN, len(log)):
+                await asyncio.to_thread(self._create_file, key, header, body, copy_from)
         except FileExistsError:
             raise AlreadyExists(key.id) from None
         except OSError as exc:
@@ -397,7 +411,11 @@ class FileBackend:
         self.remembered.check_free(remember)
         placed = await self._write_records([(record, _digest_of(staged, record)) for record in remember])
         log_path, cut_record = self._append_paths(key)
-        await self._writer.append(log_path, staged.lines, instance=live.header.instance, cut_record=cut_record)
+        events = len(staged.events)
+        with self._writer.observer.durable_write(SYNC_SPAN, events):
+            await self._writer.append(
+                log_path, staged.lines, instance=live.header.instance, cut_record=cut_record, events=events
+            )
         live.log.commit(staged)
         self.remembered.keep(placed)
         if self._checkpointer is not None:
@@ -412,7 +430,8 @@ class FileBackend:
 
     async def delete(self, key: SessionKey) -> None:
         try:
-            await asyncio.to_thread(self._delete_file, key)
+            with self._writer.observer.durable_write(SYNC_SPAN, 0):
+                await asyncio.to_thread(self._delete_file, key)
         except FileNotFoundError:
             pass
         except OSError as exc:

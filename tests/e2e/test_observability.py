@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -208,3 +210,52 @@ def test_a_real_prometheus_scrapes_forklog_with_a_bearer_key(
         process.terminate()
         process.wait(timeout=20)
         log.close()
+
+
+REPO = Path(__file__).resolve().parents[2]
+EXPOSED = {
+    "http_server_request_duration_seconds",
+    "http_server_active_requests",
+    "forklog_events_appended_total",
+    "forklog_event_bytes_appended_total",
+    "forklog_append_batch_events",
+    "forklog_storage_sync_seconds",
+    "forklog_forks_total",
+    "forklog_sessions_created_total",
+    "forklog_sessions_deleted_total",
+    "forklog_sessions",
+    "forklog_stream_subscribers",
+    "forklog_idempotent_replays_total",
+    "forklog_problems_total",
+    "forklog_trace_spans_dropped_total",
+}
+
+
+def test_the_metrics_profile_scrapes_each_replica_with_a_bearer_key() -> None:
+    yaml = pytest.importorskip("yaml", reason="PyYAML reads docker-compose.yml")
+    document = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
+    prometheus = document["services"]["prometheus"]
+    assert prometheus["profiles"] == ["metrics"]
+    config_mount = next(mount for mount in prometheus["volumes"] if mount.startswith("./"))
+    config = yaml.safe_load((REPO / config_mount.split(":")[0]).read_text(encoding="utf-8"))
+    (job,) = config["scrape_configs"]
+    (secret,) = prometheus["secrets"]
+    assert job["authorization"]["credentials_file"] == f"/run/secrets/{secret}"
+    replicas = [
+        name
+        for name, service in document["services"].items()
+        if "FORKLOG_DATABASE_URL" in service.get("environment", {})
+    ]
+    assert sorted(job["static_configs"][0]["targets"]) == sorted(f"{name}:8000" for name in replicas)
+    ignored = (REPO / ".gitignore").read_text() + (REPO / ".dockerignore").read_text()
+    assert document["secrets"][secret]["file"].removeprefix("./") in ignored
+
+
+def test_the_dashboard_charts_every_metric_and_only_those_served() -> None:
+    dashboard = json.loads((REPO / "deploy" / "grafana-dashboard.json").read_text(encoding="utf-8"))
+    expressions = " ".join(target["expr"] for panel in dashboard["panels"] for target in panel["targets"])
+    named = {
+        re.sub(r"_(bucket|sum|count)$", "", name)
+        for name in re.findall(r"\b((?:http_server|forklog)_\w+)", expressions)
+    }
+    assert named == EXPOSED

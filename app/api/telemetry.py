@@ -115,8 +115,7 @@ class RequestTelemetry:
         method = scope["method"] if scope["method"] in KNOWN_METHODS else "_OTHER"
         metrics = self.metrics
         if metrics is not None:
-            active = metrics.active(method)
-            active.inc()
+            metrics.started(method)
             began = time.perf_counter()
         span: trace.Span | None = None
         token: object = None
@@ -141,7 +140,6 @@ class RequestTelemetry:
                 route = route_template(scope)
                 if metrics is not None:
                     tenant = _tenant(state)
-                    active.dec()
                     metrics.answered(method, route, status, tenant, time.perf_counter() - began)
                     code = state.get(PROBLEM_CODE_STATE)
                     if code is not None:

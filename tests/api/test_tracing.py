@@ -4,6 +4,7 @@ exporter that stalls never slows a request."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -23,7 +24,7 @@ from app.api.settings import Settings
 from app.api.tracing import provider_from_environment
 from tests.api.builders import note
 from tests.api.conftest import LOCAL
-from tests.api.helpers import wait_ready
+from tests.api.helpers import serve, wait_ready
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -143,3 +144,38 @@ def test_a_stalled_exporter_never_slows_a_request_and_drops_are_counted(tmp_path
 
     assert elapsed < 10
     assert float(dropped[0].split()[1]) >= 40  # 80 spans (request + sync) into a queue of 8 behind a stalled export
+
+
+@pytest.mark.files_only
+def test_a_batch_of_concurrent_appends_syncs_inside_one_of_its_requests(tmp_path: Path) -> None:
+    exported = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    # fsync on: while one batch syncs, the next requests queue behind it and form the next batch.
+    app = create_app(Settings(data_dir=tmp_path / "data", fsync=True), tracer_provider=provider)
+
+    async def main() -> None:
+        async with serve(app) as client:
+            assert (await client.post("/sessions", json={"id": "s"})).status_code == 201
+
+            async def append(delay: float) -> int:
+                await asyncio.sleep(delay)  # staggered: some arrive while a batch is being written
+                return (await client.post("/sessions/s/events", json={"events": [note("x")]})).status_code
+
+            statuses = await asyncio.gather(*(append(i * 0.001) for i in range(40)))
+            assert set(statuses) == {201}
+
+    asyncio.run(main())
+
+    spans = {span.context.span_id: span for span in exported.get_finished_spans()}
+    syncs = [span for span in spans.values() if span.name == "forklog.storage.sync"]
+    assert syncs
+    for sync in syncs:
+        assert sync.parent is not None
+        parent = spans[sync.parent.span_id]
+        assert parent.name == "POST /sessions/{id}/events" or parent.name == "POST /sessions"
+        assert parent.start_time is not None and parent.end_time is not None and sync.start_time is not None
+        assert parent.start_time <= sync.start_time <= parent.end_time  # never under a request already answered
+    parents = [sync.parent.span_id for sync in syncs if sync.parent is not None]
+    assert len(parents) == len(set(parents)), "a request holds the sync of a later batch too"
+    assert len(syncs) > 3  # the appends made several batches

@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from app.domain.access import ApiKey, Scope, digest_of, key_line, new_secret
 from tests.api.builders import note
 from tests.e2e.conftest import StartServer
-from tests.e2e.server import free_port
+from tests.e2e.server import GRACEFUL_EXITS, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -116,6 +116,23 @@ def test_spans_reach_a_real_otlp_receiver(
     ]
     assert sync, "no storage span under the append's span"
     assert f'"traceId":"{TRACE_ID}"' in server.output()
+
+
+def test_an_unreachable_collector_neither_fails_nor_holds_requests_or_the_shutdown(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    server = start_server()
+    assert server.post("/sessions", {"id": "s"}).status_code == 201
+    with httpx.Client(base_url=server.base, timeout=10) as client:
+        started = time.monotonic()
+        statuses = {client.post("/sessions/s/events", json={"events": [note("x")]}).status_code for _ in range(50)}
+        elapsed = time.monotonic() - started
+
+    assert statuses == {201}
+    assert elapsed < 20
+    assert server.stop() in GRACEFUL_EXITS  # within the stop timeout, though the last spans cannot leave
 
 
 def test_the_stream_gauge_follows_open_streams(start_server: StartServer) -> None:

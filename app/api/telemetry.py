@@ -166,7 +166,12 @@ class RequestTelemetry:
             attributes["server.address"], attributes["server.port"] = server[0], server[1]
         if client:
             attributes["client.address"] = client[0]
-        return self.tracing.server_span(method, carrier, attributes)
+        return self.tracing.server_span(_span_method(method), carrier, attributes)
+
+
+def _span_method(method: str) -> str:
+    """OpenTelemetry's span names say ``HTTP`` for a method outside HTTP's own."""
+    return "HTTP" if method == "_OTHER" else method
 
 
 def _tenant(state: dict[str, Any]) -> str:
@@ -176,7 +181,7 @@ def _tenant(state: dict[str, Any]) -> str:
 
 def _end_span(span: trace.Span, scope: Scope, method: str, route: str, status: int) -> None:
     if route != UNMATCHED_ROUTE:
-        span.update_name(f"{method} {route}")
+        span.update_name(f"{_span_method(method)} {route}")
         span.set_attribute("http.route", route)
         session_id = scope.get("path_params", {}).get("id")
         if session_id is not None and route.startswith("/sessions/{id}"):

@@ -1,5 +1,5 @@
-"""Every request logged as one JSON line: method, path, status, duration; never a header, a body or a query string
-(a stream's ``?access_token=`` is a key)."""
+"""Every request logged as one JSON line: method, path, status, duration, its request id and (when known) its trace
+id; never a header, a body or a query string (a stream's ``?access_token=`` is a key)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.auth import KEY_STATE
+from app.api.request_ids import REQUEST_ID_STATE
 
 __all__ = ["AccessLog"]
 
@@ -44,7 +45,12 @@ class AccessLog:
                     "status": status,
                     "ms": round((time.perf_counter() - started) * 1000, 3),
                 }
-                key = scope.get("state", {}).get(KEY_STATE)
+                state = scope.get("state", {})
+                record["requestId"] = state.get(REQUEST_ID_STATE)
+                trace_id = state.get("trace_id")  # app.api.telemetry.TRACE_ID_STATE, set outside this layer
+                if trace_id is not None:
+                    record["traceId"] = trace_id
+                key = state.get(KEY_STATE)
                 if key is not None:  # which key (its id and tenant, never the key)
                     record["key"] = key.id
                     record["tenant"] = key.tenant

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from opentelemetry.sdk.trace import TracerProvider
 
 from app.api.access_log import AccessLog
 from app.api.append_shortcut import AppendShortcut
@@ -18,16 +19,20 @@ from app.api.exposure import check_exposure
 from app.api.keys_file import KeysFile
 from app.api.keys_in_force import KeysInForce
 from app.api.loopback import LoopbackGuard
+from app.api.metrics import Metrics
 from app.api.openapi import build_document
 from app.api.problems import install_problem_handlers
 from app.api.routes import routers
 from app.api.routes.events import append_events
 from app.api.settings import Settings
+from app.api.telemetry import RequestTelemetry, StorageTelemetry
+from app.api.tracing import Tracing, provider_from_environment
 from app.api.ui import static_mounts
 from app.backends.base import Backend
 from app.backends.files import FileBackend
 from app.backends.memory import MemoryBackend
 from app.backends.postgres import PostgresBackend
+from app.service.observer import NO_SESSION_OBSERVER
 from app.service.sessions import SessionService, wall_clock_ms
 
 __all__ = ["create_app", "open_backend"]
@@ -43,14 +48,23 @@ def open_backend(settings: Settings) -> Backend:
     return FileBackend(settings.data_dir, clock=wall_clock_ms, sync=settings.fsync)
 
 
-def create_app(settings: Settings | None = None, *, backend: Backend | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, backend: Backend | None = None, tracer_provider: TracerProvider | None = None
+) -> FastAPI:
     """Build the service on ``backend`` (by default the one the settings name, opened here). Refuses
     (:class:`~app.api.exposure.ExposureRefused`, :class:`~app.api.keys_file.KeysFileError`) a service that would
-    let anyone in, or whose keys file is bad, before the backend is touched."""
+    let anyone in, or whose keys file is bad, before the backend is touched. Traces go to ``tracer_provider``, by
+    default to the one the ``OTEL_*`` variables select (none without them)."""
     settings = settings or Settings()
     check_exposure(settings)
     keys_file = KeysFile(settings.keys_file) if settings.keys_file is not None else None
-    service = SessionService(backend if backend is not None else open_backend(settings))
+    metrics = Metrics(tenant_label=settings.metrics_tenant_label) if settings.metrics else None
+    provider = tracer_provider if tracer_provider is not None else provider_from_environment()
+    tracing = Tracing(provider, dropped=metrics.span_dropped if metrics else None) if provider is not None else None
+    store = backend if backend is not None else open_backend(settings)
+    if metrics is not None or tracing is not None:
+        store.observer = StorageTelemetry(metrics, tracing)
+    service = SessionService(store, observer=metrics or NO_SESSION_OBSERVER)
     # A reload wakes every stream and long-poll, so that those of a removed key end (app.api.keys_in_force).
     keys = KeysInForce(keys_file, on_change=service.changes.wake_everyone) if keys_file is not None else None
 
@@ -69,6 +83,8 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
                 with contextlib.suppress(BaseException):
                     await task  # type: ignore[misc]
             await service.stop()
+            if tracing is not None:
+                await asyncio.to_thread(tracing.shutdown)
 
     app = FastAPI(
         title="forklog",
@@ -84,6 +100,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     )
     app.state.settings = settings
     app.state.service = service
+    app.state.metrics = metrics
     install_problem_handlers(app, [route for router in routers for route in router.routes])
     for router in routers:
         # The routes themselves, not the routers: FastAPI matches an included router as one more level per request.
@@ -101,5 +118,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
         app.add_middleware(LoopbackGuard, allowed_hosts=settings.allowed_hosts, allowed_origins=settings.cors_origins)
     app.add_middleware(Cors, origins=settings.cors_origins)
     app.add_middleware(AccessLog)
+    # Outermost: a request's id, metrics and span cover every layer, and every answer carries X-Request-Id.
+    app.add_middleware(RequestTelemetry, metrics=metrics, tracing=tracing)
     app.openapi = lambda: build_document(app)  # type: ignore[method-assign]
     return app

@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.responses import Response
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["APPEND_PATH", "AppendShortcut"]
@@ -29,6 +30,7 @@ class AppendShortcut:
     def __init__(self, app: ASGIApp, *, endpoint: Endpoint) -> None:
         self.app = app
         self.endpoint = endpoint
+        self._route: BaseRoute | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -39,12 +41,20 @@ class AppendShortcut:
             await self.app(scope, receive, send)
             return
         scope["path_params"] = {"id": match[1]}
+        scope["route"] = self._route or self._find_route(scope)  # as the router notes it (metrics, traces)
         request = Request(scope, receive)
         try:
             response = await self.endpoint(request)
         except Exception as exc:
             response = await _handler_for(request, exc)(request, exc)
         await response(scope, receive, send)
+
+    def _find_route(self, scope: Scope) -> BaseRoute | None:
+        """The documented route this shortcut stands for (found once)."""
+        for route in scope["app"].router.routes:
+            if getattr(route, "endpoint", None) is self.endpoint:
+                self._route = route
+        return self._route
 
 
 def _handler_for(request: Request, exc: Exception) -> Handler:

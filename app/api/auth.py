@@ -33,6 +33,7 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/
 # The docs pages' and the session browser's own files: a page must load before it can ask for a key.
 OPEN_PREFIXES = ("/docs/assets/", "/ui/")
 STREAM_SUFFIX = "/events/stream"
+METRICS_PATH = "/metrics"
 HOW_TO_GET_ONE = "python -m app keys new --tenant T --scope read --scope write makes one"
 
 
@@ -41,6 +42,8 @@ def is_open_path(path: str) -> bool:
 
 
 def required_scope(method: str, path: str) -> KeyScope:
+    if path == METRICS_PATH:  # spec 13: counts over every tenant are for operators
+        return KeyScope.ADMIN
     if method in ("GET", "HEAD", "OPTIONS") or (method == "POST" and path.endswith("/snapshot")):
         return KeyScope.READ
     return KeyScope.WRITE

@@ -24,6 +24,7 @@ from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from app.api.problems import PROBLEM_JSON, problem_body
+from app.api.request_ids import new_request_id
 from app.api.settings import Settings
 from app.domain.errors import ErrorCode
 
@@ -123,8 +124,12 @@ def limited_protocol(*, max_header_bytes: int, read_timeout: float) -> type[Http
                 self.transport.close()
                 return
             log.warning("refused a request: %s", detail)
-            body = orjson.dumps(problem_body(code, detail, "", None))
-            headers = f"content-type: {PROBLEM_JSON}\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n"
+            request_id = new_request_id()  # the request's own headers never arrived whole: a new id
+            body = orjson.dumps(problem_body(code, detail, "", None, request_id=request_id))
+            headers = (
+                f"content-type: {PROBLEM_JSON}\r\ncontent-length: {len(body)}\r\nx-request-id: {request_id}\r\n"
+                "connection: close\r\n\r\n"
+            )
             self.transport.write(STATUS_LINE[status] + headers.encode("ascii") + body)
             # Close gently: a close with unread bytes in the kernel's buffer resets the connection, and the
             # client would lose the answer. Send FIN, discard what still arrives, close when the client does.

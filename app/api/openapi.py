@@ -80,6 +80,7 @@ _SECURITY_SCHEMES = {
 _TAGS = [
     {"name": "sessions", "description": "sessions, their logs, model histories, snapshots and forks"},
     {"name": "health", "description": "liveness and readiness (no key needed)"},
+    {"name": "operations", "description": "metrics for operators (an admin key)"},
 ]
 _LICENSE = {"name": "proprietary", "identifier": "LicenseRef-proprietary"}
 

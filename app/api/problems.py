@@ -22,10 +22,12 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Route
 
+from app.api.request_ids import new_request_id, request_id_of
 from app.domain.errors import ErrorCode, ForklogError
 
 __all__ = [
     "PROBLEMS",
+    "PROBLEM_CODE_STATE",
     "PROBLEM_JSON",
     "ProblemSpec",
     "RequestProblem",
@@ -40,6 +42,8 @@ __all__ = [
 logger = logging.getLogger("forklog.api")
 
 PROBLEM_JSON = "application/problem+json"
+# Where an answered problem's code is noted in the request's state (the metrics count problems by code).
+PROBLEM_CODE_STATE = "problem_code"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +115,16 @@ def problem_type(code: ErrorCode) -> str:
 
 
 def problem_body(
-    code: ErrorCode, detail: str, instance: str, facts: dict[str, Any] | None = None, *, status: int | None = None
+    code: ErrorCode,
+    detail: str,
+    instance: str,
+    facts: dict[str, Any] | None = None,
+    *,
+    status: int | None = None,
+    request_id: str | None = None,
 ) -> dict[str, Any]:
-    """The one place a problem's members are put together (``status`` overrides the code's usual one).
+    """The one place a problem's members are put together (``status`` overrides the code's usual one; without a
+    ``request_id`` a new one is made).
 
     An INVALID_REQUEST names what is wrong in ``errors`` (``[{field, reason}]``): from the facts ``errors`` or
     ``field`` and ``reason``, else the body as a whole.
@@ -126,6 +137,7 @@ def problem_body(
         "detail": detail,
         "code": code.value,
         "instance": instance,
+        "requestId": request_id if request_id is not None else new_request_id(),
     }
     facts = dict(facts or {})
     if code is ErrorCode.INVALID_REQUEST:
@@ -149,7 +161,9 @@ def _headers_for(code: ErrorCode, body: dict[str, Any]) -> dict[str, str]:
 
 def problem_response(request: Request, code: ErrorCode, detail: str, facts: dict[str, Any] | None = None) -> Response:
     # The decoded path: request.url.path would re-encode a '?' or '#' that the client sent as %3F or %23.
-    body = problem_body(code, detail, request.scope["path"], facts)
+    scope = request.scope
+    body = problem_body(code, detail, scope["path"], facts, request_id=request_id_of(scope))
+    scope["state"][PROBLEM_CODE_STATE] = code
     headers = _headers_for(code, body)
     return Response(orjson.dumps(body), status_code=body["status"], media_type=PROBLEM_JSON, headers=headers)
 
@@ -166,7 +180,8 @@ async def send_problem(
 ) -> None:
     """Answer a problem straight from ASGI middleware, before any route runs (nothing of the body is read)."""
     # scope["path"] is already decoded: decoding again would turn %25xx into a byte.
-    body = problem_body(code, detail, scope.get("path", ""), facts, status=status)
+    body = problem_body(code, detail, scope.get("path", ""), facts, status=status, request_id=request_id_of(scope))
+    scope["state"][PROBLEM_CODE_STATE] = code
     headers = {**_headers_for(code, body), **(headers or {})}
     payload = orjson.dumps(body)
     raw_headers = [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(payload)).encode())]

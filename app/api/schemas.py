@@ -328,9 +328,10 @@ def problem_schema(code: ErrorCode, spec: ProblemSpec) -> Schema:
         "detail": {**TEXT, "description": "what happened and what to do next, for a person"},
         "code": {"type": "string", "const": code.value},
         "instance": {**TEXT, "description": "the request's path"},
+        "requestId": {**TEXT, "description": "the request's id, as its X-Request-Id answer header gives it"},
         **facts,
     }
-    required = ("type", "title", "status", "detail", "code", "instance", *spec.facts)
+    required = ("type", "title", "status", "detail", "code", "instance", "requestId", *spec.facts)
     return _object(properties, required, open_=False, description=f"{code.value}: {spec.title}")
 
 

@@ -58,6 +58,10 @@ class Settings(BaseSettings):
     allow_unauthenticated: bool = Field(
         False, description="serve a non-loopback host without a keys file: anyone reaching the port is let in"
     )
+    metrics: bool = Field(True, description="count requests and storage work and serve them at GET /metrics")
+    metrics_tenant_label: bool = Field(
+        False, description="add a tenant label to the per-tenant metrics (one series per tenant and value)"
+    )
 
     @field_validator("database_url")
     @classmethod

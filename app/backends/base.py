@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from app.backends.observer import StorageObserver
 from app.domain.log import LogTip, SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey
 
@@ -116,6 +117,8 @@ class Backend(Protocol):
     """Where sessions live. All methods may raise :class:`~app.backends.errors.StorageUnavailable`."""
 
     name: str
+    # Told of the durable writes (metrics, traces): the API layer sets it before the store opens.
+    observer: StorageObserver
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from typing import Any
 from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed, SeedLog, Tip
 from app.backends.catalog import Catalog, LiveSession
 from app.backends.errors import AlreadyRemembered, StaleHead
+from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
 from app.domain.errors import SessionAlreadyExists
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey
@@ -70,6 +71,7 @@ class MemoryBackend:
     def __init__(self, clock: Callable[[], int]) -> None:
         self.catalog = Catalog(clock)
         self.remembered = RememberedRecords()
+        self.observer: StorageObserver = NO_STORAGE_OBSERVER  # nothing here is durable: never told of anything
 
     async def open(self) -> None:
         return None

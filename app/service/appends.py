@@ -9,6 +9,7 @@ there goes between two batches: a stream of appends cannot starve it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -34,6 +35,8 @@ class WaitingAppend(Generic[R]):
     answer: asyncio.Future[R]
     record: Callable[[R], Remembered] | None = None
     claimed: tuple[str, str] | None = None
+    # The request's context: a batch runs in its first request's (its trace's span is the parent of the sync's).
+    context: contextvars.Context | None = None
 
     def succeed(self, result: R) -> None:
         if not self.answer.done():
@@ -70,7 +73,14 @@ class AppendQueue(Generic[R]):
         claimed: tuple[str, str] | None = None,
     ) -> R:
         waiting: WaitingAppend[R] = WaitingAppend(
-            events, expected_seq, instance, breaks, asyncio.get_running_loop().create_future(), record, claimed
+            events,
+            expected_seq,
+            instance,
+            breaks,
+            asyncio.get_running_loop().create_future(),
+            record,
+            claimed,
+            contextvars.copy_context(),
         )
         queue = self._waiting.get(key)
         if queue is not None:
@@ -86,7 +96,9 @@ class AppendQueue(Generic[R]):
             await asyncio.gather(*list(self._drainers), return_exceptions=True)
 
     def _start_drainer(self, key: SessionKey) -> None:
-        drainer = self._locks.start(key, lambda: self._drain(key))
+        waiting = self._waiting.get(key)
+        context = waiting[0].context if waiting else None
+        drainer = self._locks.start(key, lambda: self._drain(key), context=context)
         self._drainers.add(drainer)
         drainer.add_done_callback(self._drainers.discard)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
@@ -23,8 +24,11 @@ class KeyedLocks(Generic[K]):
         disk and the memory must never disagree about a change half made)."""
         return await asyncio.shield(self.start(key, work))
 
-    def start(self, key: K, work: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
-        """The task that runs ``work`` alone among the operations on ``key`` (queued behind those before it)."""
+    def start(
+        self, key: K, work: Callable[[], Awaitable[T]], *, context: contextvars.Context | None = None
+    ) -> asyncio.Future[T]:
+        """The task that runs ``work`` alone among the operations on ``key`` (queued behind those before it), in
+        ``context`` (by default a copy of the caller's: a trace's current span, for one)."""
         lock, users = self._locks.get(key, (None, 0))
         if lock is None:
             lock = asyncio.Lock()
@@ -41,4 +45,4 @@ class KeyedLocks(Generic[K]):
                 else:
                     self._locks[key] = (held, remaining - 1)
 
-        return asyncio.ensure_future(run())
+        return asyncio.get_running_loop().create_task(run(), context=context)

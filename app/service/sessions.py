@@ -36,6 +36,7 @@ from app.service.changes import ChangeFeed
 from app.service.errors import NotReady
 from app.service.idempotency import Answer, Claim, IdempotencyGate, IdempotentRequest
 from app.service.locks import KeyedLocks
+from app.service.observer import NO_SESSION_OBSERVER, SessionObserver
 
 __all__ = [
     "Appended",
@@ -138,8 +139,10 @@ class SessionService:
         clock: Callable[[], int] = wall_clock_ms,
         new_id: Callable[[], str] = new_session_id,
         instance: Callable[[], str] = new_instance,
+        observer: SessionObserver = NO_SESSION_OBSERVER,
     ) -> None:
         self.backend = backend
+        self.observer = observer
         self._clock = clock
         self._new_id = new_id
         self._new_instance = instance
@@ -192,7 +195,10 @@ class SessionService:
         """Run a change at most once per ``Idempotency-Key`` (spec 8): ``work``'s answer, or the answer kept for an
         earlier request with the key (then True). Readiness is checked first, the key's state next."""
         self._require_ready()
-        return await self.idempotency.run(request, work)
+        answer, replayed = await self.idempotency.run(request, work)
+        if replayed and request is not None:
+            self.observer.replayed(request.tenant)
+        return answer, replayed
 
     async def readiness(self) -> Readiness:
         self._require_ready()
@@ -294,6 +300,16 @@ class SessionService:
     async def _follow(
         self, key: SessionKey, instance: str, position: int, allowed: Callable[[], bool]
     ) -> AsyncIterator[TailEvents | Deleted]:
+        self.observer.streams(key.tenant, 1)
+        try:
+            async for item in self._follow_from(key, instance, position, allowed):
+                yield item
+        finally:
+            self.observer.streams(key.tenant, -1)
+
+    async def _follow_from(
+        self, key: SessionKey, instance: str, position: int, allowed: Callable[[], bool]
+    ) -> AsyncIterator[TailEvents | Deleted]:
         # One ticket per look at the session: taken before the look, it wakes the tail for any change the look
         # missed, whether the look found events to send or not.
         while True:
@@ -368,6 +384,7 @@ class SessionService:
         key = SessionKey(tenant, session_id if session_id is not None else self._new_id())
         created = await self._locks.run(key, lambda: self._create(key, seed, meta or {}, seed_breaks, remember))
         self.changes.changed(key)
+        self.observer.created(tenant)
         return created
 
     async def _create(
@@ -462,6 +479,7 @@ class SessionService:
             for waiting, answer in answers:
                 waiting.succeed(answer)
             self.changes.changed(key)
+            self.observer.appended(key.tenant, len(combined.events), len(combined.lines))
             return
         # SEQ_CONFLICT always says where the log stood (spec 3): here, at the last look.
         busy = SessionError(
@@ -542,6 +560,7 @@ class SessionService:
         child = SessionKey(key.tenant, child_id if child_id is not None else self._new_id())
         made = await self._locks.run(child, lambda: self._fork(key, child, at_seq, instance, expected_seq, remember))
         self.changes.changed(child)
+        self.observer.forked(key.tenant)
         return made
 
     async def _fork(
@@ -576,6 +595,7 @@ class SessionService:
 
         await self._locks.run(key, work)
         self.changes.changed(key)
+        self.observer.deleted(key.tenant)
 
 
 def _after(session: Session, staged: StagedEvents) -> Session:

@@ -98,6 +98,7 @@ CALLS = {
     "read_lineage": Call("GET", "/sessions/demo/lineage", Scope.READ, 200),
     "snapshot_session": Call("POST", "/sessions/demo/snapshot", Scope.READ, 200, {"atSeq": 8}),
     "fork_session": Call("POST", "/sessions/demo/fork", Scope.WRITE, 201, {"atSeq": 8, "sessionId": "kid"}),
+    "metrics": Call("GET", "/metrics", Scope.ADMIN, 200),  # spec 13: counts over every tenant
 }
 # The docs pages, and the files of the session browser and of the docs pages (the mounts "ui" and "docs_assets").
 OPEN_ROUTES = {
@@ -149,10 +150,11 @@ def test_another_tenants_session_answers_exactly_as_a_missing_one(keyed: Callabl
     client = keyed()
     beta = keys.auth("other")
     calls = {name: call for name, call in CALLS.items() if call.path != "/sessions"}
-    before = {name: call.send(client, beta) for name, call in calls.items()}
+    # The same request id both times: a problem body carries it (spec 13).
+    before = {name: call.send(client, {**beta, "X-Request-Id": name}) for name, call in calls.items()}
     fill(client, keys)
     for name, call in calls.items():
-        seen = call.send(client, beta)
+        seen = call.send(client, {**beta, "X-Request-Id": name})
         assert (seen.status_code, seen.content) == (before[name].status_code, before[name].content), name
         assert seen.headers.get("content-type") == before[name].headers.get("content-type")
 

@@ -33,8 +33,10 @@ OPERATIONS = {
     "fork_session": ("post", "/sessions/{id}/fork", "201"),
     "healthz": ("get", "/healthz", "200"),
     "readyz": ("get", "/readyz", "200"),
+    "metrics": ("get", "/metrics", "200"),
 }
 PUBLIC = {"healthz", "readyz"}  # spec 9: no key needed
+OPERATORS = {"metrics"}  # spec 13: an admin key
 CORE_TYPES = [
     "turn/start",
     "turn/end",
@@ -144,8 +146,17 @@ def test_a_problem_schema_fixes_its_code_and_requires_its_facts(schema: dict[str
     spec = PROBLEMS[code]
 
     assert problem["properties"]["code"] == {"type": "string", "const": code.value}
-    assert set(problem["required"]) == {"type", "title", "status", "detail", "code", "instance", *spec.facts}
-    assert set(problem["properties"]) == {"type", "title", "status", "detail", "code", "instance"} | {
+    assert set(problem["required"]) == {
+        "type",
+        "title",
+        "status",
+        "detail",
+        "code",
+        "instance",
+        "requestId",
+        *spec.facts,
+    }
+    assert set(problem["properties"]) == {"type", "title", "status", "detail", "code", "instance", "requestId"} | {
         *spec.facts,
         *spec.optional,
     }
@@ -269,7 +280,7 @@ def test_a_201_that_creates_declares_its_location(schema: dict[str, Any], operat
 
 def test_servers_tags_license_and_the_security_scheme(schema: dict[str, Any]) -> None:
     assert schema["servers"] == [{"url": "/"}]
-    assert {tag["name"] for tag in schema["tags"]} == {"sessions", "health"}
+    assert {tag["name"] for tag in schema["tags"]} == {"sessions", "health", "operations"}
     assert schema["info"]["license"]["name"]
     assert schema["components"]["securitySchemes"]["bearerKey"] == {
         "type": "http",
@@ -279,7 +290,8 @@ def test_servers_tags_license_and_the_security_scheme(schema: dict[str, Any]) ->
     assert schema["security"] == [{"bearerKey": []}]
     for operation_id in OPERATIONS:
         operation = _operation(schema, operation_id)
-        assert operation["tags"] == (["health"] if operation_id in PUBLIC else ["sessions"])
+        tag = "health" if operation_id in PUBLIC else "operations" if operation_id in OPERATORS else "sessions"
+        assert operation["tags"] == [tag]
         assert operation.get("security") == ([] if operation_id in PUBLIC else None)
         errors = {status for status in operation["responses"] if int(status) >= 400}
         assert ({"401", "403"} <= errors) is (operation_id not in PUBLIC)
@@ -298,3 +310,20 @@ def test_the_session_schema_is_the_session_resource(schema: dict[str, Any]) -> N
 
     assert set(session["properties"]) == SESSION_FIELDS
     assert set(session["required"]) == SESSION_FIELDS  # a nullable field is present, as null
+
+
+def test_metrics_answer_the_prometheus_text_format(schema: dict[str, Any]) -> None:
+    answer = _operation(schema, "metrics")["responses"]["200"]
+
+    assert answer["content"] == {"text/plain": {"schema": {"type": "string"}}}
+
+
+@pytest.mark.parametrize("code", list(PROBLEMS))
+def test_every_problem_schema_requires_the_request_id(schema: dict[str, Any], code: ErrorCode) -> None:
+    components = schema["components"]["schemas"]
+    if problem_name(code) not in components:
+        pytest.skip(f"no operation answers {code.value}")
+    problem = components[problem_name(code)]
+
+    assert "requestId" in problem["required"]
+    assert problem["properties"]["requestId"]["type"] == "string"

@@ -52,6 +52,7 @@ OPERATIONS: dict[str, tuple[str, str, Any]] = {
     "fork_session": ("POST", "/sessions/{id}/fork", {}),
     "healthz": ("GET", "/healthz", None),
     "readyz": ("GET", "/readyz", None),
+    "metrics": ("GET", "/metrics", None),
 }
 PUBLIC = {"healthz", "readyz"}
 CHANGES = {"create_session", "delete_session", "append_events", "fork_session"}
@@ -66,7 +67,9 @@ ANSWERED_ELSEWHERE = {
     (408, "REQUEST_TIMEOUT"),
     (431, "HEADERS_TOO_LARGE"),
 }
-ANSWERED_ELSEWHERE_BY_OPERATION = {"healthz": {(500, "INTERNAL")}}
+ANSWERED_ELSEWHERE_BY_OPERATION = {"healthz": {(500, "INTERNAL")}, "metrics": {(500, "INTERNAL")}}
+# Operations that answer whatever state the store is in (the metrics keep the last count of a store that fails).
+STORELESS = {"healthz", "metrics"}
 
 Request = tuple[str, str, dict[str, Any]]  # method, path, httpx keyword arguments
 # Two valid bodies of each idempotent operation, for a key's first request and for a reuse with another body.
@@ -244,7 +247,7 @@ def serving_cases() -> Iterator[tuple[str, Request]]:
 def plain_cases(*, store: bool = True) -> Iterator[tuple[str, Request]]:
     """Each operation's plain request (on ``s``); only those that ask the store with ``store``."""
     for operation_id in OPERATIONS:
-        if store and operation_id == "healthz":
+        if store and operation_id in STORELESS:
             continue
         yield operation_id, _plain(operation_id)
 
@@ -278,6 +281,9 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Answers:
 
     with TestClient(app(backend=NeverReady(clock=wall_clock_ms)), base_url=LOCAL) as client:
         run(client, plain_cases())
+
+    with TestClient(app(metrics=False), base_url=LOCAL) as client:
+        run(client, iter([("metrics", _plain("metrics"))]))  # metrics off: no such route
 
     for error in (lambda: StorageUnavailable("the disk refused"), lambda: RuntimeError("a bug")):
         failing = app(backend=Failing(error))

@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from app.api.routes import docs, events, forks, health, history, lineage, sessions, stream
+from app.api.routes import docs, events, forks, health, history, lineage, metrics, sessions, stream
 
 __all__ = ["routers"]
 
@@ -14,5 +14,6 @@ routers: tuple[APIRouter, ...] = (
     lineage.router,
     forks.router,
     health.router,
+    metrics.router,
     docs.router,
 )

@@ -34,6 +34,7 @@ from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, pa
 from app.backends.files.remembered import RememberedJournal, lines_digest
 from app.backends.files.writer import OPEN_FILES, AppendWriter
 from app.backends.memory import live_prefix, log_chunks
+from app.backends.observer import StorageObserver
 from app.domain.errors import SessionAlreadyExists
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey, head_of
@@ -59,6 +60,9 @@ class _BodyCopy:
     instance: str
     size: int
 
+
+# The name of a request's wait for its durable write, in its trace.
+SYNC_SPAN = "forklog.storage.sync"
 
 # How often the checkpoint journal is brought up to date while the service runs.
 CHECKPOINT_SECONDS = 1.0
@@ -108,6 +112,15 @@ class FileBackend:
     @property
     def data_dir(self) -> Path:
         return self.datadir.root
+
+    @property
+    def observer(self) -> StorageObserver:
+        """Told of every append round's events and time, and of each request's wait for its sync."""
+        return self._writer.observer
+
+    @observer.setter
+    def observer(self, observer: StorageObserver) -> None:
+        self._writer.observer = observer
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
@@ -266,7 +279,10 @@ class FileBackend:
         placed = await self._write_records(records)
         body = log.body_pieces()  # the new session is not live yet: nothing appends while it is written
         try:
-            with disk_errors(Access.CHANGE, f"create session {key.id!r}"):
+            with (
+                disk_errors(Access.CHANGE, f"create session {key.id!r}"),
+                self._writer.observer.durable_write(SYNC_SPAN, len(log)),
+            ):
                 await asyncio.to_thread(self._create_file, key, header, body, copy_from)
         finally:
             for piece in body:
@@ -396,9 +412,15 @@ class FileBackend:
             raise StaleHead(f'session "{key.id}" has {len(live.log)} events, not the {staged.base_count} staged on')
         self.remembered.check_free(remember)
         placed = await self._write_records([(record, _digest_of(staged, record)) for record in remember])
-        with disk_errors(Access.CHANGE, f"append to session {key.id!r}"):
+        events = len(staged.events)
+        with (
+            disk_errors(Access.CHANGE, f"append to session {key.id!r}"),
+            self._writer.observer.durable_write(SYNC_SPAN, events),
+        ):
             log_path, cut_record = self._append_paths(key)
-            await self._writer.append(log_path, staged.lines, instance=live.header.instance, cut_record=cut_record)
+            await self._writer.append(
+                log_path, staged.lines, instance=live.header.instance, cut_record=cut_record, events=events
+            )
         live.log.commit(staged)
         self.remembered.keep(placed)
         if self._checkpointer is not None:
@@ -412,7 +434,10 @@ class FileBackend:
     # -- delete ----------------------------------------------------------------------------------------------------
 
     async def delete(self, key: SessionKey) -> None:
-        with disk_errors(Access.CHANGE, f"delete session {key.id!r}"):
+        with (
+            disk_errors(Access.CHANGE, f"delete session {key.id!r}"),
+            self._writer.observer.durable_write(SYNC_SPAN, 0),
+        ):
             await asyncio.to_thread(self._delete_file, key)
         self.catalog.remove(key)
 

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,7 @@ from pathlib import Path
 from app.backends.errors import ChangeRefused
 from app.backends.files.cuts import Cut, CutRecords
 from app.backends.files.fileops import FileOps
+from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
 
 __all__ = ["AppendWriter"]
 
@@ -52,6 +54,7 @@ class _Write:
     data: bytes
     cut_note: Cut  # what to record if this write cannot be cut back (its size is filled in then)
     done: Callable[[BaseException | None], None]
+    events: int = 0
     fd: int = -1
     size_before: int = -1  # known once the file is open and measured; nothing is written before that
     error: BaseException | None = None
@@ -63,6 +66,7 @@ class AppendWriter:
         self._ops = ops
         self._cuts = cuts
         self._sync = sync
+        self.observer: StorageObserver = NO_STORAGE_OBSERVER  # told of each round's events and time
         # The files of one round are synced at the same time: a device takes them together far faster than one
         # after another (fdatasync releases the GIL).
         self._syncers = ThreadPoolExecutor(max_workers=SYNCS_IN_PARALLEL, thread_name_prefix="forklog-sync")
@@ -76,8 +80,9 @@ class AppendWriter:
         self._thread = threading.Thread(target=self._run, name="forklog-writer", daemon=True)
         self._thread.start()
 
-    async def append(self, path: Path, data: bytes, *, instance: str, cut_record: Path) -> None:
-        """Append ``data`` to the file at ``path`` durably; the OSError (the file as it was) if refused."""
+    async def append(self, path: Path, data: bytes, *, instance: str, cut_record: Path, events: int = 0) -> None:
+        """Append ``data`` (``events`` events) to the file at ``path`` durably; the OSError (the file as it was)
+        if refused."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
 
@@ -87,7 +92,7 @@ class AppendWriter:
         with self._wakeup:
             if self._closed or not self._thread.is_alive():
                 raise ChangeRefused("the store is shutting down")
-            self._queue.append(_Write(path, data, Cut(instance, -1, cut_record), done))
+            self._queue.append(_Write(path, data, Cut(instance, -1, cut_record), done, events))
             self._wakeup.notify()
         await future
 
@@ -137,6 +142,7 @@ class AppendWriter:
 
     def _round(self, batch: list[_Write]) -> None:
         ops = self._ops
+        started = time.perf_counter()
         for item in batch:
             try:
                 with self._unclean_lock:
@@ -151,6 +157,9 @@ class AppendWriter:
                 item.error = exc
         if self._sync:
             self._sync_round([item for item in batch if item.error is None])
+        durable = sum(item.events for item in batch if item.error is None)
+        if durable:
+            self.observer.synced(durable, time.perf_counter() - started)
         for item in batch:
             if item.error is not None and item.size_before >= 0:
                 self._roll_back(item)

@@ -25,6 +25,7 @@ import orjson
 
 from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed, SeedLog, SeedPrefix, Tip
 from app.backends.errors import Access, ChangeRefused, ReadFailed, StaleHead, StartRefused, StorageUnavailable
+from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
 from app.backends.postgres import queries
 from app.backends.postgres.chains import Chain, ChainCache
 from app.backends.postgres.changes import ChangeFeed, Doorbell
@@ -57,6 +58,15 @@ CHUNK_EVENTS = 20_000
 ORPHAN_GRACE_MS = 600_000
 OWN_CHANGES_KEPT = 100_000
 WARN_EVERY = 30.0  # seconds between warnings while a start waits for the database
+# The name of a request's wait for its commit, in its trace.
+COMMIT_SPAN = "forklog.storage.commit"
+
+
+@contextlib.asynccontextmanager
+async def _during(manager: contextlib.AbstractContextManager[object]) -> AsyncIterator[None]:
+    """A plain context manager (a trace's span) held across awaits, beside a connection's ``async with``."""
+    with manager:
+        yield
 
 
 def _header_of(session_id: str, row: asyncpg.Record) -> SessionHeader:
@@ -124,6 +134,7 @@ class PostgresBackend:
     ) -> None:
         self._url = url
         self._wait = wait
+        self.observer: StorageObserver = NO_STORAGE_OBSERVER  # told of each append's commit
         self._clock = clock
         self._settings = pool or PoolSettings()
         self._poll_interval = poll_interval
@@ -413,7 +424,7 @@ class PostgresBackend:
         rows = Rows.of_log(log)
         copied = len(log) > COPY_EVENTS
         statement = queries.CREATE_SESSION if restored_at is None else queries.RESTORE_SESSION
-        async with self._connection(Access.CHANGE) as conn:
+        async with self._connection(Access.CHANGE) as conn, _during(self.observer.durable_write(COMMIT_SPAN, len(log))):
             log_id = int(await conn.fetchval(queries.NEW_LOG_ID))
             atomic = conn.transaction() if copied or remember is not None else contextlib.nullcontext()
             async with atomic:
@@ -454,7 +465,7 @@ class PostgresBackend:
     ) -> Session:
         count = seed.count
         empty: list[Any] = [[]] * 8
-        async with self._connection(Access.CHANGE) as conn:
+        async with self._connection(Access.CHANGE) as conn, _during(self.observer.durable_write(COMMIT_SPAN, 0)):
             log_id = int(await conn.fetchval(queries.NEW_LOG_ID))
             async with conn.transaction():
                 source = await conn.fetchrow(queries.CLAIM_SOURCE, seed.source.tenant, seed.source.id, seed.instance)
@@ -516,21 +527,26 @@ class PostgresBackend:
             statement = queries.APPEND_REMEMBERING
             columns = list(zip(*(_remembered_params(record) for record in remember), strict=True))
             params.extend(list(column) for column in columns)
+        events = len(staged.events)
         try:
             async with self._connection(Access.CHANGE) as conn:
-                row = await conn.fetchrow(statement, *params)
+                with self.observer.durable_write(COMMIT_SPAN, events):
+                    started = time.perf_counter()
+                    row = await conn.fetchrow(statement, *params)
+                    committed = time.perf_counter() - started
         except StorageUnavailable:
             self._tips.drop(key)  # the outcome is unknown: the next tip reads the row
             raise
         if row is None:
             raise StaleHead(f'session "{key.id}" moved (or was replaced) since the batch was staged')
+        self.observer.synced(events, committed)
         self._changed(key, row["change_seq"])
         session = Session(key, cached.session.header, head_of(staged.state))
         self._tips.put(key, CachedTip(session, cached.log, staged.state))
 
     async def delete(self, key: SessionKey) -> None:
         self._tips.drop(key)
-        async with self._connection(Access.CHANGE) as conn:
+        async with self._connection(Access.CHANGE) as conn, _during(self.observer.durable_write(COMMIT_SPAN, 0)):
             row = await conn.fetchrow(queries.DELETE_SESSION, key.tenant, key.id, self._clock())
         if row is not None:
             self._changed(key, row["change_seq"])

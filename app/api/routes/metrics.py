@@ -1,0 +1,44 @@
+"""``GET /metrics``: the Prometheus exposition of :mod:`app.api.metrics` (spec 13); the ``admin`` scope with a keys
+file, open without one; ``404 NOT_FOUND`` when metrics are off (``FORKLOG_METRICS=false``)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from fastapi import Request
+from fastapi.responses import PlainTextResponse, Response
+
+from app.api.metrics import Metrics
+from app.api.openapi import operation
+from app.api.problems import RequestProblem
+from app.api.routing import new_router, service_of
+from app.backends.errors import StorageError
+from app.domain.errors import ErrorCode
+from app.service.errors import NotReady
+
+__all__ = ["METRICS_PATH", "router"]
+
+METRICS_PATH = "/metrics"
+
+router = new_router()
+
+_DOCUMENTATION = operation(None, store=False, refusals=(ErrorCode.NOT_FOUND,))
+_DOCUMENTATION["responses"][200] = {
+    "description": "the Prometheus text exposition format (OpenMetrics when the Accept header asks for it)",
+    "content": {"text/plain": {"schema": {"type": "string"}}},
+}
+_DOCUMENTATION["openapi_extra"]["tags"] = ["operations"]
+
+
+@router.get(
+    METRICS_PATH, response_class=PlainTextResponse, summary="Metrics for Prometheus (admin scope)", **_DOCUMENTATION
+)
+async def metrics(request: Request) -> Response:
+    kept: Metrics | None = request.app.state.metrics
+    if kept is None:
+        raise RequestProblem(ErrorCode.NOT_FOUND, "metrics are off here (FORKLOG_METRICS=false)")
+    live: int | None = None
+    with contextlib.suppress(NotReady, StorageError):  # a store not (yet) reachable leaves the last count
+        live = (await service_of(request).readiness()).sessions
+    body, content_type = kept.exposition(request.headers.get("accept"), live_sessions=live)
+    return Response(body, media_type=content_type)

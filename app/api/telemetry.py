@@ -1,0 +1,203 @@
+"""What every request leaves for operators (spec 13): its id, its metrics and, when traces are on, its span.
+
+:class:`RequestTelemetry` is the outermost layer of the app: it gives the request its id (``X-Request-Id`` on the
+answer, ``requestId`` in the access log and in a problem body), counts it as active, and when it has been answered
+records its duration by method, route template and status, and the problem code it answered if any. With traces on
+it runs the request inside a server span named ``METHOD route``. :class:`StorageTelemetry` is what the backend is
+told of its durable writes (:class:`~app.backends.observer.StorageObserver`): their metrics and child spans.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import StatusCode
+from starlette.requests import Request
+from starlette.routing import BaseRoute, Match, Mount
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.auth import KEY_STATE
+from app.api.metrics import KNOWN_METHODS, Metrics
+from app.api.problems import PROBLEM_CODE_STATE
+from app.api.request_ids import REQUEST_ID_STATE, new_request_id, valid_request_id
+from app.api.tracing import Tracing, incoming_trace_id
+from app.backends.observer import StorageObserver
+from app.domain.session import DEFAULT_TENANT
+
+__all__ = ["TRACE_ID_STATE", "UNMATCHED_ROUTE", "RequestTelemetry", "StorageTelemetry", "route_template"]
+
+TRACE_ID_STATE = "trace_id"
+# The route label of a request that matches no route (never its raw path: a client could mint series at will).
+UNMATCHED_ROUTE = "unmatched"
+
+
+def _matching_route(scope: Scope) -> BaseRoute | None:
+    """The route a request's path names, for an answer given before the router ran (a key check, a guard)."""
+    app = scope.get("app")
+    routes: list[BaseRoute] = getattr(getattr(app, "router", None), "routes", [])
+    partial: BaseRoute | None = None
+    for route in routes:
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            return route
+        if match is Match.PARTIAL and partial is None:
+            partial = route
+    return partial
+
+
+def route_template(scope: Scope) -> str:
+    """The request's route as declared (``/sessions/{id}/events``), or :data:`UNMATCHED_ROUTE`."""
+    route = scope.get("route")
+    if route is None:
+        route = _matching_route(scope)
+    if route is None:
+        return UNMATCHED_ROUTE
+    if isinstance(route, Mount):
+        return f"{route.path}/{{path}}"
+    path: str = getattr(route, "path", UNMATCHED_ROUTE)
+    return path
+
+
+class StorageTelemetry(StorageObserver):
+    """The backend's durable writes, into the metrics and (with traces) as child spans of the request waiting."""
+
+    def __init__(self, metrics: Metrics | None, tracing: Tracing | None) -> None:
+        self._metrics = metrics
+        self._tracing = tracing
+
+    def synced(self, events: int, seconds: float) -> None:
+        if self._metrics is not None:
+            self._metrics.synced(events, seconds)
+
+    def durable_write(self, name: str, events: int) -> AbstractContextManager[object]:
+        if self._tracing is None:
+            return nullcontext()
+        return self._tracing.child_span(name, events)
+
+
+class RequestTelemetry:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics | None, tracing: Tracing | None) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.tracing = tracing
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        offered = traceparent = tracestate = None
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                offered = value if offered is None else offered
+            elif name == b"traceparent":
+                traceparent = value
+            elif name == b"tracestate":
+                tracestate = value
+        request_id = valid_request_id(offered) or new_request_id()
+        state = scope.setdefault("state", {})
+        state[REQUEST_ID_STATE] = request_id
+        id_header = (b"x-request-id", request_id.encode("ascii"))
+        status = 500
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                started = True
+                message["headers"] = [*message.get("headers", ()), id_header]
+            await send(message)
+
+        method = scope["method"] if scope["method"] in KNOWN_METHODS else "_OTHER"
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.started(method)
+            began = time.perf_counter()
+        span: trace.Span | None = None
+        token: object = None
+        if self.tracing is not None:
+            span = self._start_span(scope, method, traceparent, tracestate)
+            state[TRACE_ID_STATE] = format(span.get_span_context().trace_id, "032x")
+            token = otel_context.attach(trace.set_span_in_context(span))
+        elif traceparent is not None:
+            trace_id = incoming_trace_id(traceparent)
+            if trace_id is not None:
+                state[TRACE_ID_STATE] = trace_id
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception as exc:
+            if not started:
+                # The server's error layer, outside this one, would answer without the request's id: answer here
+                # with the app's own handler for bugs, then let the error go on to be logged.
+                await _answer_bug(scope, receive, send_with_id, exc)
+            raise
+        finally:
+            if metrics is not None or span is not None:
+                route = route_template(scope)
+                if metrics is not None:
+                    tenant = _tenant(state)
+                    metrics.answered(method, route, status, tenant, time.perf_counter() - began)
+                    code = state.get(PROBLEM_CODE_STATE)
+                    if code is not None:
+                        metrics.problem(code.value, tenant)
+                if span is not None:
+                    otel_context.detach(token)  # type: ignore[arg-type]
+                    _end_span(span, scope, method, route, status)
+
+    def _start_span(self, scope: Scope, method: str, traceparent: bytes | None, tracestate: bytes | None) -> trace.Span:
+        assert self.tracing is not None
+        carrier: dict[str, str] = {}
+        if traceparent is not None:
+            carrier["traceparent"] = traceparent.decode("latin-1")
+            if tracestate is not None:
+                carrier["tracestate"] = tracestate.decode("latin-1")
+        attributes: dict[str, str | int] = {
+            "http.request.method": method,
+            "url.path": scope["path"],  # never the query string: a stream's may carry a key
+            "url.scheme": scope.get("scheme", "http"),
+            "network.protocol.version": scope.get("http_version", "1.1"),
+        }
+        server, client = scope.get("server"), scope.get("client")
+        if server:
+            attributes["server.address"], attributes["server.port"] = server[0], server[1]
+        if client:
+            attributes["client.address"] = client[0]
+        return self.tracing.server_span(_span_method(method), carrier, attributes)
+
+
+def _span_method(method: str) -> str:
+    """OpenTelemetry's span names say ``HTTP`` for a method outside HTTP's own."""
+    return "HTTP" if method == "_OTHER" else method
+
+
+def _tenant(state: dict[str, Any]) -> str:
+    key = state.get(KEY_STATE)
+    return key.tenant if key is not None else DEFAULT_TENANT
+
+
+def _end_span(span: trace.Span, scope: Scope, method: str, route: str, status: int) -> None:
+    if route != UNMATCHED_ROUTE:
+        span.update_name(f"{_span_method(method)} {route}")
+        span.set_attribute("http.route", route)
+        session_id = scope.get("path_params", {}).get("id")
+        if session_id is not None and route.startswith("/sessions/{id}"):
+            span.set_attribute("forklog.session.id", session_id)
+            span.set_attribute("gen_ai.conversation.id", session_id)
+    span.set_attribute("http.response.status_code", status)
+    if status >= 500:
+        span.set_attribute("error.type", str(status))
+        span.set_status(StatusCode.ERROR)
+    span.end()
+
+
+async def _answer_bug(scope: Scope, receive: Receive, send: Send, exc: Exception) -> None:
+    app = scope.get("app")
+    handler = getattr(app, "exception_handlers", {}).get(Exception)
+    if handler is None:
+        return
+    response = await handler(Request(scope, receive), exc)
+    await response(scope, receive, send)

@@ -177,6 +177,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Metrics for Prometheus (admin scope) */
+        get: operations["metrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -373,6 +390,8 @@ export interface components {
             code: "FORBIDDEN";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /**
          * ForkRequest
@@ -423,6 +442,8 @@ export interface components {
             code: "HEADERS_TOO_LARGE";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /** Health */
         Health: {
@@ -455,6 +476,8 @@ export interface components {
             code: "IDEMPOTENCY_KEY_IN_PROGRESS";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /**
          * IdempotencyKeyReusedProblem
@@ -474,6 +497,8 @@ export interface components {
             code: "IDEMPOTENCY_KEY_REUSED";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /**
          * InternalProblem
@@ -490,6 +515,8 @@ export interface components {
             code: "INTERNAL";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /**
          * InvalidBoundaryProblem
@@ -509,6 +536,8 @@ export interface components {
             code: "INVALID_BOUNDARY";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /**
          * InvalidEventProblem
@@ -528,6 +557,8 @@ export interface components {
             code: "INVALID_EVENT";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
             /** @description the index of the refused event in the request's array */
             index: number;
             /** @description what is wrong, for a person */
@@ -551,6 +582,8 @@ export interface components {
             code: "INVALID_REQUEST";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
             errors: components["schemas"]["FieldError"][];
         };
         /**
@@ -571,6 +604,8 @@ export interface components {
             code: "INVALID_SEED";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
             /** @description what is wrong, for a person */
             reason: string;
             /** @description the index of the refused event in the request's array */
@@ -806,12 +841,32 @@ export interface components {
             code: "NOT_AT_TURN_BOUNDARY";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
             /** @description the type of the session's last event */
             lastEventType: string;
             /** @description the open turn, null if none */
             openTurn: number | null;
             /** @description the seq of the last turn/end, or null */
             lastTurnEndSeq: number | null;
+        };
+        /**
+         * NotFoundProblem
+         * @description NOT_FOUND: Not found
+         */
+        NotFoundProblem: {
+            /** @description a URI naming the code */
+            type: string;
+            title: string;
+            status: number;
+            /** @description what happened and what to do next, for a person */
+            detail: string;
+            /** @constant */
+            code: "NOT_FOUND";
+            /** @description the request's path */
+            instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /**
          * NotReadyProblem
@@ -831,6 +886,8 @@ export interface components {
             code: "NOT_READY";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /**
          * OtherEvent
@@ -860,6 +917,8 @@ export interface components {
             code: "PAYLOAD_TOO_LARGE";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /**
          * ReadEvents503Problem
@@ -967,6 +1026,8 @@ export interface components {
             code: "REQUEST_TIMEOUT";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /**
          * SeedAssistantChunkEvent
@@ -1199,6 +1260,8 @@ export interface components {
             code: "SEQ_CONFLICT";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
             /** @description the log's length now */
             currentSeq: number;
         };
@@ -1220,6 +1283,8 @@ export interface components {
             code: "SESSION_ALREADY_EXISTS";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /**
          * SessionCorruptProblem
@@ -1239,6 +1304,8 @@ export interface components {
             code: "SESSION_CORRUPT";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
             /** @description what is wrong, for a person */
             reason: string;
         };
@@ -1285,6 +1352,8 @@ export interface components {
             code: "SESSION_NOT_FOUND";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /**
          * SessionNotLiveProblem
@@ -1304,6 +1373,8 @@ export interface components {
             code: "SESSION_NOT_LIVE";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /**
          * SessionOut
@@ -1441,6 +1512,8 @@ export interface components {
             code: "STORAGE_UNAVAILABLE";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /**
          * StreamEvents503Problem
@@ -1577,6 +1650,8 @@ export interface components {
             code: "UNAUTHENTICATED";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /**
          * UnsupportedMediaTypeProblem
@@ -1593,6 +1668,8 @@ export interface components {
             code: "UNSUPPORTED_MEDIA_TYPE";
             /** @description the request's path */
             instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
         };
         /**
          * UserMessageEvent
@@ -3033,6 +3110,89 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": components["schemas"]["NotReadyProblem"];
+                };
+            };
+        };
+    };
+    metrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the Prometheus text exposition format (OpenMetrics when the Accept header asks for it) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request (a Host this service does not serve: without keys it serves only this machine) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description UNAUTHENTICATED: Unauthenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnauthenticatedProblem"];
+                };
+            };
+            /** @description FORBIDDEN: Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForbiddenProblem"];
+                };
+            };
+            /** @description NOT_FOUND: Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["NotFoundProblem"];
+                };
+            };
+            /** @description REQUEST_TIMEOUT: Request timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RequestTimeoutProblem"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE: Request headers too large */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["HeadersTooLargeProblem"];
+                };
+            };
+            /** @description INTERNAL: Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InternalProblem"];
                 };
             };
         };

@@ -136,8 +136,11 @@ class FileBackend:
         )
         for live in report.sessions:
             if live.key in report.checked:
-                checkpointer.touch(live)  # checked now: its next record spares the next start that work
+                checkpointer.touch(live)  # checked now: its record spares the next start that work
         report.sessions = []  # the catalog holds them now
+        # Before the service is ready: a crash at any moment after it restarts from these records, not by checking
+        # every event again (after files no checkpoint covers, that is the whole store).
+        await checkpointer.checkpoint_quietly()
         self.recovery = report
         await asyncio.to_thread(
             self.remembered.reconcile, self._change_is_there, expired_before=self._clock() - KEEP_REMEMBERED_MS

@@ -73,6 +73,17 @@ def corrupt_stored(pick: Callable[[Sequence[Any]], Any], item: dict[str, Any], h
     return bad
 
 
+def drawn_by(data: st.DataObject) -> Callable[[Sequence[Any]], Any]:
+    def pick(options: Sequence[Any]) -> Any:
+        return data.draw(st.sampled_from(options))
+
+    return pick
+
+
+def nth(at: int) -> Callable[[Sequence[Any]], Any]:
+    return lambda options: options[at]
+
+
 def checked_both_ways(tip_events: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
     tip = SessionLog()
     if tip_events:
@@ -100,18 +111,18 @@ def checked_both_ways(tip_events: list[dict[str, Any]], events: list[dict[str, A
 @given(data=st.data())
 def test_stored_lines_are_admitted_exactly_as_the_rules_admit_them(data: st.DataObject) -> None:
     events = numbered(data.draw(valid_logs(max_turns=3)).events)
-    if events and data.draw(st.booleans(), label="damaged"):
+    damaged: bool = data.draw(st.booleans(), label="damaged")
+    if events and damaged:
         quick = [index for index, item in enumerate(events) if item["type"] in QUICK_SHAPES]
-        if quick and data.draw(st.booleans(), label="one of the quick shapes"):
+        among_quick: bool = data.draw(st.booleans(), label="one of the quick shapes")
+        if quick and among_quick:
             index = data.draw(st.sampled_from(quick), label="index")
         else:
             index = data.draw(st.integers(0, len(events) - 1), label="index")
         stored = data.draw(st.booleans(), label="a stored line's own damage")
         how = data.draw(st.sampled_from(STORED_CORRUPTIONS if stored else corruptions(events[index])), label="how")
         events[index] = (
-            corrupt_stored(lambda options: data.draw(st.sampled_from(options)), events[index], how)
-            if stored
-            else corrupt(data, events[index], how)
+            corrupt_stored(drawn_by(data), events[index], how) if stored else corrupt(data, events[index], how)
         )
     split = data.draw(st.integers(0, len(events)), label="committed before the window")
     try:
@@ -133,7 +144,7 @@ def test_every_stored_damage_of_every_event_is_refused_or_declined() -> None:
         for how in STORED_CORRUPTIONS:
             for choice in range(CHOICES.get(how, 1)):
                 damaged = copy.deepcopy(events)
-                damaged[index] = corrupt_stored(lambda options, at=choice: options[at], damaged[index], how)
+                damaged[index] = corrupt_stored(nth(choice), damaged[index], how)
                 checked_both_ways([], damaged)
 
 

@@ -4,7 +4,7 @@ Every event of a file no checkpoint covers (copied in, restored without its inde
 checked against every rule, which is CPU-bound Python: one process checks about one file at a time. A start with
 many such bytes hands them to a pool of worker processes instead (started fresh, ``spawn``: the server's threads
 are never forked). A worker is sent the files' paths and sizes, reads them, checks them exactly as a start in one
-process would (:func:`~app.backends.files.recovery.recover_log`), and sends back, per file, what the damage is, or
+process would (:func:`~app.backends.files.logcheck.check_log`), and sends back, per file, what the damage is, or
 the checkpoint record of the whole log: never its events. The start resumes the log from that record, as after a
 clean stop (the record's digests are compared with the bytes the start read itself), and writes the records to the
 checkpoint journal before the service is ready.
@@ -26,7 +26,7 @@ from typing import Generic, TypeVar
 
 from app.backends.files.checkpoints import encode_record
 from app.backends.files.fileops import release_free_memory
-from app.backends.files.logcheck import CorruptLog, recover_log
+from app.backends.files.logcheck import CorruptLog, check_log
 from app.domain.session import SessionKey
 
 __all__ = ["START_BYTES", "FileTask", "FullChecks", "Verdict", "check_files", "worker_count"]
@@ -69,16 +69,14 @@ def check_files(tasks: list[FileTask], now: int) -> list[Verdict]:
             verdicts.append((None, None, f"unreadable: {exc.strerror}", None))
             continue
         try:
-            recovered = recover_log(session_id, data, now=now)
+            header, log, mirrored = check_log(session_id, data, now=now)
         except CorruptLog as exc:
             verdicts.append((None, None, exc.reason, exc.created_at))
             continue
-        log = recovered.log
-        assert not isinstance(log, bytes)  # a log checked whole, never a frozen one
-        record = b"".join(encode_record(SessionKey(tenant, session_id), recovered.header.instance, log.since(0, 0)))
-        lines = log.lines() if recovered.checkpointed < 0 else None  # packed rows expanded, or lines re-encoded
+        record = b"".join(encode_record(SessionKey(tenant, session_id), header.instance, log.since(0, 0)))
+        lines = None if mirrored else log.lines()  # packed rows expanded, or lines re-encoded: the log's own
         verdicts.append((record, lines, None, None))
-        del data, recovered, log
+        del data, log
     release_free_memory()
     return verdicts
 

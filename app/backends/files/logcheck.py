@@ -28,7 +28,7 @@ from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
 from app.domain.log import SessionLog, StagedEvents, stage_stored
 from app.domain.session import SessionHeader
 
-__all__ = ["CorruptLog", "RecoveredLog", "parse_header", "recover_log", "salvage_log"]
+__all__ = ["CorruptLog", "RecoveredLog", "check_log", "parse_header", "recover_log", "salvage_log"]
 
 # Lines are recovered a window of about this many bytes at a time.
 WINDOW_BYTES = 4 * 1024 * 1024
@@ -134,6 +134,17 @@ def recover_log(session_id: str, data: bytes, *, now: int, chain: Chain | None =
         checked_events=len(log) - resumed_events,
         checkpointed=resumed_events if mirrored else -1,
     )
+
+
+def check_log(session_id: str, data: bytes, *, now: int) -> tuple[SessionHeader, SessionLog, bool]:
+    """Every event of a file's bytes checked (else :class:`CorruptLog`): its header, its log, and whether the log's
+    lines are the file's own bytes (a worker's check: only the checkpoint record of the log is kept of it)."""
+    header = parse_header(data, session_id)
+    try:
+        log, mirrored = _recover_events(data, data.find(b"\n") + 1, SessionLog(), now=now, line_no=1)
+    except CorruptLog as exc:
+        raise CorruptLog(exc.reason, header.created_at) from None
+    return header, log, mirrored
 
 
 def _recover_events(data: bytes, position: int, log: SessionLog, *, now: int, line_no: int) -> tuple[SessionLog, bool]:

@@ -193,9 +193,13 @@ def admit_stored(state: LogState, raw: Any) -> bool:
     """
     if type(raw) is not dict or len(raw) != 4:
         return False
-    seq = raw.get("seq")
-    time = raw.get("time")
-    data = raw.get("data")
+    try:  # (subscripts: a start runs this for most events of a log, and a method call costs more)
+        seq = raw["seq"]
+        time = raw["time"]
+        data = raw["data"]
+        kind = _CHECKED_TYPES[raw["type"]]  # a type already found well-formed
+    except (KeyError, TypeError):  # a member missing, or a type that is no string
+        return False
     if (
         type(seq) is not int
         or seq != state.count
@@ -204,45 +208,50 @@ def admit_stored(state: LogState, raw: Any) -> bool:
         or type(data) is not dict
     ):
         return False
-    named = raw.get("type")
-    kind = _CHECKED_TYPES.get(named) if type(named) is str else None  # a type already found well-formed
-    turn = data.get("turn")
-    if kind is None or type(turn) is not int:
-        return False
-    if kind == "assistant/chunk" or kind == "step/end":
-        step = data.get("step")
-        if turn != state.open_turn or type(state.open_turn) is not int:
+    try:
+        turn = data["turn"]
+        if kind == "assistant/chunk" or kind == "step/end":
+            step = data["step"]
+            if type(turn) is not int or turn != state.open_turn or type(state.open_turn) is not int:
+                return False
+            if type(step) is not int or step != state.open_step or type(state.open_step) is not int:
+                return False
+            if kind == "step/end":
+                state.pending = NO_PENDING
+                state.open_step = None
+                state.next_step += 1
+            elif type(data["chunk"]) is not dict:
+                return False
+        elif kind == "step/start":
+            step = data["step"]
+            if type(turn) is not int or turn != state.open_turn or type(state.open_turn) is not int:
+                return False
+            if state.open_step is not None or type(step) is not int:
+                return False
+            if step != state.next_step or type(state.next_step) is not int:
+                return False
+            state.open_step = step
+        elif kind == "turn/start":
+            if type(turn) is not int or state.open_turn is not None:
+                return False
+            if turn != state.next_turn or type(state.next_turn) is not int:
+                return False
+            state.open_turn = turn
+            state.next_step = 1
+        elif kind == "turn/end":
+            reason = data["reason"]
+            if type(reason) is not dict or type(reason.get("kind")) is not str:
+                return False
+            if type(turn) is not int or turn != state.open_turn or type(state.open_turn) is not int:
+                return False
+            if state.open_step is not None:
+                return False
+            state.open_turn = None
+            state.next_turn += 1
+            state.last_turn_end_seq = seq
+        else:
             return False
-        if type(step) is not int or step != state.open_step or type(state.open_step) is not int:
-            return False
-        if kind == "step/end":
-            state.pending = NO_PENDING
-            state.open_step = None
-            state.next_step += 1
-        elif type(data.get("chunk")) is not dict:
-            return False
-    elif kind == "step/start":
-        step = data.get("step")
-        if turn != state.open_turn or type(state.open_turn) is not int or state.open_step is not None:
-            return False
-        if type(step) is not int or step != state.next_step or type(state.next_step) is not int:
-            return False
-        state.open_step = step
-    elif kind == "turn/start":
-        if state.open_turn is not None or turn != state.next_turn or type(state.next_turn) is not int:
-            return False
-        state.open_turn = turn
-        state.next_step = 1
-    elif kind == "turn/end":
-        reason = data.get("reason")
-        if type(reason) is not dict or type(reason.get("kind")) is not str:
-            return False
-        if turn != state.open_turn or type(state.open_turn) is not int or state.open_step is not None:
-            return False
-        state.open_turn = None
-        state.next_turn += 1
-        state.last_turn_end_seq = seq
-    else:
+    except KeyError:  # a member these shapes need is missing: admit decides
         return False
     state.count += 1
     state.last_time = time

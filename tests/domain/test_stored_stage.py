@@ -33,6 +33,8 @@ STORED_CORRUPTIONS = (
     "step-plus-one",
     "turn-plus-one",
     "reason-kind-not-string",
+    "extra-key",
+    "extra-surface-op",
 )
 QUICK_SHAPES = frozenset({"assistant/chunk", "step/start", "step/end", "turn/start", "turn/end"})
 MANY = settings(FAST, max_examples=150)
@@ -68,6 +70,10 @@ def corrupt_stored(pick: Callable[[Sequence[Any]], Any], item: dict[str, Any], h
         data["step"] += 1
     elif how == "turn-plus-one" and "turn" in data:
         data["turn"] += 1
+    elif how == "extra-key":
+        bad["meta"] = 1
+    elif how == "extra-surface-op":
+        bad["surfaceOp"] = "append"
     elif how == "reason-kind-not-string" and "reason" in data:
         data["reason"] = pick([{}, {"kind": 1}, {"kind": None}, []])
     return bad
@@ -140,12 +146,15 @@ def test_every_stored_damage_of_every_event_is_refused_or_declined() -> None:
     plain = turns(2) + tool_turn(3) + simple_turn(4)
     events = numbered(plain)
     for index in range(len(events)):
-        checked_both_ways([], numbered([*plain[: index + 1], *plain[index:]]))  # an event twice
+        for changed in ([*plain[: index + 1], *plain[index:]], [*plain[:index], *plain[index + 1 :]]):
+            checked_both_ways([], numbered(changed))  # an event twice, an event left out
+            checked_both_ways([], numbered(changed[: index + 2]))
         for how in STORED_CORRUPTIONS:
             for choice in range(CHOICES.get(how, 1)):
                 damaged = copy.deepcopy(events)
                 damaged[index] = corrupt_stored(nth(choice), damaged[index], how)
                 checked_both_ways([], damaged)
+                checked_both_ways([], damaged[: index + 1])  # nothing after the damage to give it away
 
 
 def test_a_window_of_common_shapes_is_admitted_as_it_lies() -> None:

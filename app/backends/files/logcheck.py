@@ -30,8 +30,9 @@ from app.domain.session import SessionHeader
 
 __all__ = ["CorruptLog", "RecoveredLog", "check_log", "parse_header", "recover_log", "salvage_log"]
 
-# Lines are recovered a window of about this many bytes at a time.
-WINDOW_BYTES = 4 * 1024 * 1024
+# Lines are recovered a window of about this many bytes at a time (a few hundred events: their objects are made,
+# checked and freed while they are still in the processor's cache).
+WINDOW_BYTES = 64 * 1024
 
 
 class CorruptLog(Exception):

@@ -122,10 +122,17 @@ class FullChecks(Generic[Context]):
             self._held_bytes += task[3]
             if self._held_bytes < self._start_bytes or self._workers < 2:
                 return
-            self._pool = concurrent.futures.ProcessPoolExecutor(
-                self._workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_started
-            )
             held, self._held = self._held, []
+            try:
+                self._pool = concurrent.futures.ProcessPoolExecutor(
+                    self._workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_started
+                )
+            except Exception:  # no processes to be had here (limits, no shared memory): the start checks them
+                logger.warning("could not start processes to check files; the start checks them itself", exc_info=True)
+                self._failed = True
+                for _, held_context in held:
+                    yield held_context, None
+                return
             for item in held:
                 yield from self._batched(*item)
             return
@@ -144,14 +151,18 @@ class FullChecks(Generic[Context]):
             return
         assert self._pool is not None
         batch, self._batch, self._batch_bytes = self._batch, [], 0
-        future = self._pool.submit(check_files, [task for task, _ in batch], self._now)
+        try:
+            future = self._pool.submit(check_files, [task for task, _ in batch], self._now)
+        except Exception as exc:  # a process that could not start, a pool already broken: handed back unchecked
+            future = concurrent.futures.Future()
+            future.set_exception(exc)
         self._under_way.append((future, [context for _, context in batch]))
-        self.files += len(batch)
 
     def _oldest(self) -> Iterator[tuple[Context, Verdict | None]]:
         future, contexts = self._under_way.popleft()
         try:
             verdicts: list[Verdict | None] = list(future.result())
+            self.files += len(verdicts)
         except Exception:  # a worker that died (killed, out of memory): the start checks its files itself
             if not self._failed:
                 logger.warning("a worker process checking files failed; the start checks them itself", exc_info=True)

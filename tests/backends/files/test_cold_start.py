@@ -5,7 +5,10 @@ moment after readiness restarts without checking the store again."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import errno
 import shutil
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -166,5 +169,49 @@ def test_what_the_workers_checked_is_not_checked_again_after_a_crash(tmp_path: P
             assert {name: observe(again, name) for name in names} == expected
         finally:
             await again.close()
+
+    asyncio.run(scenario())
+
+
+class _NoProcesses:
+    """A process pool that cannot be had (a sandbox's limits, no shared memory)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+
+class _DyingWorkers(concurrent.futures.ThreadPoolExecutor):
+    """A pool whose every worker dies before it answers (killed, out of memory)."""
+
+    def __init__(self, workers: int, **kwargs: Any) -> None:
+        super().__init__(workers)
+
+    def submit(self, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        future.set_exception(BrokenProcessPool("a child process terminated abruptly"))
+        return future
+
+
+@pytest.mark.parametrize("pool", [_NoProcesses, _DyingWorkers], ids=["no processes", "dying workers"])
+def test_without_worker_processes_the_start_checks_every_file_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: type
+) -> None:
+    serial_dir, parallel_dir = tmp_path / "serial", tmp_path / "parallel"
+    damage = damaged_copies(serial_dir)
+    shutil.copytree(serial_dir, parallel_dir)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", pool)
+
+    async def scenario() -> None:
+        serial = await FileStore(serial_dir, check_workers=0).open()
+        without = await FileStore(parallel_dir, check_workers=2, parallel_check_bytes=0).open()
+        try:
+            assert without.backend.recovery.parallel_files == 0
+            assert sorted((e.id, e.reason) for e in without.corrupt) == sorted((e.id, e.reason) for e in serial.corrupt)
+            assert sorted(e.id for e in without.corrupt) == sorted(damage)
+            good = [live.key.id for live in serial.page()]
+            assert {name: observe(without, name) for name in good} == {name: observe(serial, name) for name in good}
+        finally:
+            await serial.close()
+            await without.close()
 
     asyncio.run(scenario())

@@ -20,12 +20,13 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Protocol
 
 import orjson
 
 from app.domain.errors import ErrorCode, EventRejected, SessionError
-from app.domain.events import NO_PENDING, LogState, admit
+from app.domain.events import NO_PENDING, STORAGE_TAGS, LogState, admit, admit_stored
 from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.jsonvalue import dumps
 
@@ -42,6 +43,7 @@ __all__ = [
     "encode_event",
     "seed_log",
     "stage",
+    "stage_stored",
 ]
 
 # The growing part of a log is sealed (made shareable) once it holds this many bytes, or SEAL_EVENTS events.
@@ -645,20 +647,72 @@ def stage(
         offset += len(line)
         staged.ends.append(offset)
         staged.events.append(event)
-        seq = event["seq"]
-        kind = event["type"]
-        if "surfaceOp" in event:
-            op = event["surfaceOp"]
-            if isinstance(op, dict):
-                staged.surface_ops.append((seq, int(op["start"]), int(op["end"])))
-            else:
-                staged.surface_ops.append((seq, -1, -1))
-        if kind == "turn/end":
-            staged.turn_ends.append(seq)
-            staged.checkpoints[seq] = checkpoint(state.next_turn, state.next_step, frozenset(state.pending))
+        _note(staged, event)
     staged.lines = b"".join(chunks)
     state.freeze()
     return staged
+
+
+def _note(staged: StagedEvents, event: dict[str, Any]) -> None:
+    """Keep what the log knows of an admitted ``event`` beside its bytes: its surface change, its turn's end."""
+    seq = event["seq"]
+    if "surfaceOp" in event:
+        op = event["surfaceOp"]
+        if isinstance(op, dict):
+            staged.surface_ops.append((seq, int(op["start"]), int(op["end"])))
+        else:
+            staged.surface_ops.append((seq, -1, -1))
+    if event["type"] == "turn/end":
+        state = staged.state
+        staged.turn_ends.append(seq)
+        staged.checkpoints[seq] = checkpoint(state.next_turn, state.next_step, frozenset(state.pending))
+
+
+def stage_stored(
+    tip: LogTip, window: bytes, lines: Sequence[bytes], values: list[Any], *, now: int
+) -> StagedEvents | None:
+    """:func:`stage` of stored events (``appended=False``) whose bytes are known: ``window`` is their lines, each
+    ending in a newline, ``lines`` the same without the newlines, and ``values[i]`` was parsed from ``lines[i]``,
+    whose bytes are its canonical encoding. The staged bytes are ``window`` itself (nothing is encoded again) and the
+    common shapes are admitted at once (:func:`~app.domain.events.admit_stored`).
+
+    None when that is not all there is to it: a value that is no stored event (no ``seq`` and ``time``, the wrong
+    seq, a packed row), an event the rules refuse, or one that would be stored in another form than it came.
+    Nothing has changed then, and :func:`stage` decides (and says why it refuses).
+    """
+    committed = tip.state.count
+    state = tip.state.staged()
+    staged = StagedEvents(base_count=committed, state=state, events=values, lines=window, ends=array("q"))
+
+    def event_at(seq: int) -> dict[str, Any]:
+        return tip.event(seq) if seq < committed else values[seq - committed]
+
+    for index, raw in enumerate(values):
+        if admit_stored(state, raw):
+            if state.last_type == "turn/end":
+                staged.turn_ends.append(raw["seq"])
+                staged.checkpoints[raw["seq"]] = checkpoint(state.next_turn, state.next_step, frozenset(state.pending))
+            continue
+        if type(raw) is not dict or raw.get("seq") != state.count or "time" not in raw:
+            return None
+        kind = raw.get("type")
+        if type(kind) is str and kind in STORAGE_TAGS:
+            return None
+        try:
+            event = admit(state, raw, index, appended=False, now=now, event_at=event_at)
+        except EventRejected:
+            return None
+        if event is not raw:
+            return None
+        _note(staged, event)
+    ends = staged.ends = array("q", accumulate(map(len, lines), _past_newline, initial=0))
+    del ends[0]
+    state.freeze()
+    return staged
+
+
+def _past_newline(end: int, length: int) -> int:
+    return end + length + 1
 
 
 def seed_log(seed: Sequence[Any] | None, *, now: int, breaks: dict[int, str] | None = None) -> SessionLog:

@@ -29,6 +29,7 @@ from app.backends.files.cuts import CUT_SUFFIX, CutRecords
 from app.backends.files.datadir import DataDir
 from app.backends.files.disk_errors import disk_errors
 from app.backends.files.fileops import FileOps, release_free_memory
+from app.backends.files.fullcheck import START_BYTES as PARALLEL_CHECK_BYTES
 from app.backends.files.journal import JOURNAL_NAME, Journal
 from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, parse_header
 from app.backends.files.remembered import RememberedJournal, lines_digest
@@ -74,7 +75,9 @@ class FileBackend:
     ``ops`` is the door to the operating system (tests pass a :class:`FileOps` that injects faults).
     ``checkpoint_interval`` is how often (seconds) checkpoints are written in the background; None writes them only
     at a clean shutdown and when :meth:`checkpoint` is called. The checkpoint journal is rewritten once it is three
-    times its size after the last rewrite and larger than ``journal_rewrite_bytes``.
+    times its size after the last rewrite and larger than ``journal_rewrite_bytes``. Files no checkpoint covers
+    are checked by ``check_workers`` processes (default: one per core) once they add up to ``parallel_check_bytes``
+    (:mod:`app.backends.files.fullcheck`).
     """
 
     name = "files"
@@ -88,6 +91,8 @@ class FileBackend:
         ops: FileOps | None = None,
         checkpoint_interval: float | None = CHECKPOINT_SECONDS,
         journal_rewrite_bytes: int = REWRITE_MIN_BYTES,
+        check_workers: int | None = None,
+        parallel_check_bytes: int = PARALLEL_CHECK_BYTES,
     ) -> None:
         self.ops = ops if ops is not None else FileOps()
         self._clock = clock
@@ -104,6 +109,8 @@ class FileBackend:
         self.journal = Journal(self.datadir.root / "index" / JOURNAL_NAME, self.ops, sync=sync)
         self._checkpoint_interval = checkpoint_interval
         self._journal_rewrite_bytes = journal_rewrite_bytes
+        self._check_workers = check_workers
+        self._parallel_check_bytes = parallel_check_bytes
         self._checkpointer: Checkpointer | None = None
         self.recovery = RecoveryReport()  # what the start found (filled by open)
         self._opened = False
@@ -126,7 +133,15 @@ class FileBackend:
 
     async def open(self) -> None:
         recovery = Recovery(
-            self.datadir, self.ops, self._cuts, now=self._clock(), repair=True, sync=self._sync, journal=self.journal
+            self.datadir,
+            self.ops,
+            self._cuts,
+            now=self._clock(),
+            repair=True,
+            sync=self._sync,
+            journal=self.journal,
+            workers=self._check_workers,
+            parallel_bytes=self._parallel_check_bytes,
         )
         # Recovery makes many objects that live as long as the process: collecting while it runs only walks them
         # again and again. After it, they are moved out of the collector's sight (gc.freeze).
@@ -151,8 +166,11 @@ class FileBackend:
         )
         for live in report.sessions:
             if live.key in report.checked:
-                checkpointer.touch(live)  # checked now: its next record spares the next start that work
+                checkpointer.touch(live)  # checked now: its record spares the next start that work
         report.sessions = []  # the catalog holds them now
+        # Before the service is ready: a crash at any moment after it restarts from these records, not by checking
+        # every event again (after files no checkpoint covers, that is the whole store).
+        await checkpointer.checkpoint_quietly()
         self.recovery = report
         await asyncio.to_thread(
             self.remembered.reconcile, self._change_is_there, expired_before=self._clock() - KEEP_REMEMBERED_MS

@@ -103,9 +103,13 @@ class Checkpointer:
             await asyncio.shield(self._round)  # a stop cancels the wait, never a round under way
 
     async def _background_round(self) -> None:
+        await self.checkpoint_quietly()
+
+    async def checkpoint_quietly(self) -> None:
+        """:meth:`checkpoint`, a failure only logged: each session stays dirty and is tried again next round."""
         try:
             await self.checkpoint()
-        except Exception:  # never let a bug stop the rounds; each session stays dirty and is tried again
+        except Exception:  # never let a bug stop the rounds (nor a start)
             logger.exception("a checkpoint round failed")
 
     def _lock(self) -> asyncio.Lock:

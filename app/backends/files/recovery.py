@@ -16,231 +16,32 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import orjson
 
 from app.backends.base import CorruptEntry
 from app.backends.catalog import LiveSession
-from app.backends.files.checkpoints import COLD_BYTES, Chain, ColdLog, read_chains
-from app.backends.files.codec import (
-    MalformedRecord,
-    canonical_header,
-    decode_line,
-    expand_record,
-    header_from_record,
-    header_problem,
-    may_round_trip_lossily,
-    parse_line,
-)
+from app.backends.files.checkpoints import Chain, decode_record, read_chains
 from app.backends.files.cuts import CUT_SUFFIX, CutRecords
 from app.backends.files.datadir import LOG_SUFFIX, DataDir, Space
 from app.backends.files.fileops import FileKind, FileOps
+from app.backends.files.fullcheck import START_BYTES, FullChecks, Verdict, worker_count
 from app.backends.files.journal import JOURNAL_NAME, Journal
+from app.backends.files.logcheck import CorruptLog, RecoveredLog, parse_header, recover_log, salvage_log
 from app.backends.files.remembered import JOURNAL_NAME as REMEMBERED_NAME
-from app.domain.errors import EventRejected
 from app.domain.ids import ID_PATTERN
-from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
 from app.domain.log import SessionLog
-from app.domain.session import DEFAULT_TENANT, SessionHeader, SessionKey
+from app.domain.session import DEFAULT_TENANT, SessionKey
 
-__all__ = ["CorruptLog", "RecoveredLog", "Recovery", "RecoveryReport", "recover_log", "salvage_log"]
+__all__ = [
+    "CorruptLog",
+    "RecoveredLog",
+    "Recovery",
+    "RecoveryReport",
+    "parse_header",
+    "recover_log",
+    "salvage_log",
+]
 
 logger = logging.getLogger("forklog.storage")
-
-# Lines are recovered a window of about this many bytes at a time.
-WINDOW_BYTES = 4 * 1024 * 1024
-
-
-class CorruptLog(Exception):
-    """The file is damaged beyond a torn last line; ``reason`` says where and how."""
-
-    def __init__(self, reason: str, created_at: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.created_at = created_at  # from the header, when the header itself is whole
-
-
-class RecoveredLog:
-    """What a file held (a plain class: a start makes one per session)."""
-
-    __slots__ = ("checked_events", "checkpointed", "committed_bytes", "events", "header", "log", "torn_bytes")
-
-    def __init__(
-        self,
-        header: SessionHeader,
-        log: SessionLog | ColdLog,
-        committed_bytes: int,
-        torn_bytes: int,
-        *,
-        events: int,
-        checked_events: int,
-        checkpointed: int,
-    ) -> None:
-        self.header = header
-        self.log = log
-        self.committed_bytes = committed_bytes  # the file's size after dropping a torn tail
-        self.torn_bytes = torn_bytes  # how many bytes of torn tail were dropped
-        self.events = events
-        self.checked_events = checked_events  # checked against every rule (the others resumed from a checkpoint)
-        self.checkpointed = checkpointed  # covered by a durable checkpoint; -1: the file does not hold the log as is
-
-
-def parse_header(data: bytes, session_id: str) -> SessionHeader:
-    """The checked header on the first line of a session file's ``data``, else :class:`CorruptLog`."""
-    header_end = data.find(b"\n")
-    if header_end < 0:
-        raise CorruptLog("empty or header-less session log (no complete header line)")
-    header = canonical_header(data[:header_end], session_id)
-    if header is not None:
-        return header
-    try:
-        record = parse_line(data[:header_end])
-    except (JsonSyntaxError, JsonTooDeep, MalformedRecord) as exc:
-        raise CorruptLog(f"header line is not valid JSON: {exc}") from None
-    problem = header_problem(record, session_id)
-    if problem is not None:
-        raise CorruptLog(problem)
-    return header_from_record(record, session_id)
-
-
-def recover_log(session_id: str, data: bytes, *, now: int, chain: Chain | None = None) -> RecoveredLog:
-    """The session a file's bytes hold, or :class:`CorruptLog`.
-
-    With a checkpoint ``chain`` of the header's instance whose bytes the file still begins with, that prefix is
-    resumed instead of checked again. A small log resumed whole is kept frozen (:class:`ColdLog`).
-    """
-    header = parse_header(data, session_id)
-    start = data.find(b"\n") + 1
-    committed = data.rfind(b"\n") + 1
-    body = memoryview(data)[start:committed]
-    resumed: SessionLog | None = None
-    if chain is not None and chain.instance == header.instance and chain.holds(body):
-        frozen = None
-        if chain.body_stop == len(body) and len(body) <= COLD_BYTES and len(chain.records) == 1:
-            frozen = ColdLog.of(chain.last, body)
-        if frozen is not None:
-            return RecoveredLog(
-                header,
-                frozen,
-                committed,
-                len(data) - committed,
-                events=chain.stop,
-                checked_events=0,
-                checkpointed=chain.stop,
-            )
-        try:
-            resumed = SessionLog.resume(body[: chain.body_stop], chain.parts())
-        except (ValueError, TypeError, KeyError, OverflowError):
-            resumed = None
-    resumed_events = len(resumed) if resumed is not None else 0
-    try:
-        if resumed is None:
-            log, mirrored = _recover_events(data, start, SessionLog(), now=now, line_no=1)
-        else:
-            log, mirrored = _recover_events(data, start + resumed.byte_size, resumed, now=now, line_no=1 + len(resumed))
-    except CorruptLog as exc:
-        raise CorruptLog(exc.reason, header.created_at) from None
-    if mirrored and len(log) > resumed_events and log.byte_size >= log.seal_bytes:
-        log = SessionLog.resume(body, log.parts())  # the file's bytes themselves, not the copies checking made
-    return RecoveredLog(
-        header,
-        log,
-        committed_bytes=committed,
-        torn_bytes=len(data) - committed,
-        events=len(log),
-        checked_events=len(log) - resumed_events,
-        checkpointed=resumed_events if mirrored else -1,
-    )
-
-
-def _recover_events(data: bytes, position: int, log: SessionLog, *, now: int, line_no: int) -> tuple[SessionLog, bool]:
-    """``log`` grown by the whole lines from ``position`` on (``line_no`` is the line before it), and whether those
-    lines are the very bytes the log holds (no packed row expanded, nothing written another way); a final fragment
-    without a newline is left out.
-
-    The lines are read a window at a time, so that only one window's events are Python objects at once, and each
-    window is parsed by one orjson call when its lines are canonical (as forklog writes them).
-    """
-    committed = data.rfind(b"\n") + 1
-    view = memoryview(data)
-    mirrored = True
-    while position < committed:
-        cut = data.rfind(b"\n", position, min(position + WINDOW_BYTES, committed)) + 1
-        end = cut if cut > position else data.index(b"\n", position) + 1
-        lines = data[position : end - 1].split(b"\n")
-        events = _window_events(lines, line_no, len(log))
-        line_no += len(lines)
-        try:
-            staged = log.stage(events, appended=False, now=now)
-        except EventRejected as rejected:
-            raise CorruptLog(f"event seq {len(log) + rejected.index} breaks the rules: {rejected.reason}") from None
-        mirrored = mirrored and view[position:end] == staged.lines
-        log.commit(staged)
-        position = end
-    return log, mirrored
-
-
-def salvage_log(session_id: str, data: bytes, *, now: int) -> tuple[SessionHeader, SessionLog, str | None]:
-    """What a damaged file holds before its damage: its header, the log of its whole lines up to the first one that
-    does not decode or breaks a rule, and why the rest was left out (None when nothing was). :class:`CorruptLog`
-    when even the header is damaged."""
-    header = parse_header(data, session_id)
-    start = data.find(b"\n") + 1
-    try:
-        log, _ = _recover_events(data, start, SessionLog(), now=now, line_no=1)
-    except CorruptLog as damage:
-        log = SessionLog()
-        lines = data[start : data.rfind(b"\n") + 1].split(b"\n")[:-1]
-        for number, line in enumerate(lines, start=1):  # again, one line at a time, up to the damage
-            try:
-                log.commit(log.stage(_window_events([line], number, len(log)), appended=False, now=now))
-            except (CorruptLog, EventRejected):
-                break
-        return header, log, damage.reason
-    return header, log, None
-
-
-def _window_events(lines: list[bytes], line_no: int, first_seq: int) -> list[Any]:
-    """The events of a window of whole lines (``line_no`` is the line before the first), seqs checked."""
-    records = _parse_canonical(lines)
-    events: list[Any] = []
-    for offset, line in enumerate(lines):
-        number = line_no + offset + 1
-        if records is None:
-            if not line.strip():
-                raise CorruptLog(f"line {number} is empty")
-            try:
-                decoded = decode_line(line)
-            except (JsonSyntaxError, JsonTooDeep, MalformedRecord) as exc:
-                raise CorruptLog(f"line {number} is not a storage record: {exc}") from None
-        else:
-            try:
-                decoded = expand_record(records[offset])
-            except MalformedRecord as exc:
-                raise CorruptLog(f"line {number} is not a storage record: {exc}") from None
-        for event in decoded:
-            if not isinstance(event, dict) or "seq" not in event or "time" not in event:
-                raise CorruptLog(f"line {number} holds an event without seq and time")
-            expected = first_seq + len(events)
-            if event["seq"] != expected:
-                raise CorruptLog(f"seq gap at line {number} (expected {expected}, got {event['seq']})")
-            events.append(event)
-    return events
-
-
-def _parse_canonical(lines: list[bytes]) -> list[Any] | None:
-    """All the lines' values in one parse, when every line is canonical lossless JSON; else None (parse each)."""
-    joined = b"[" + b",".join(lines) + b"]"
-    if any(not line for line in lines) or may_round_trip_lossily(joined):
-        return None
-    try:
-        values = orjson.loads(joined)
-        canonical = orjson.dumps(values) == joined
-    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
-        return None
-    return values if canonical and isinstance(values, list) and len(values) == len(lines) else None
-
 
 # -- a whole data directory ------------------------------------------------------------------------------------------
 
@@ -257,6 +58,8 @@ class RecoveryReport:
     bytes: int = 0
     # Sessions whose events were checked (all of them, or those after their checkpoint), and how many of each.
     checked: dict[SessionKey, int] = field(default_factory=dict)
+
+    parallel_files: int = 0  # of the files, those checked by worker processes
 
     @property
     def resumed_events(self) -> int:
@@ -281,6 +84,8 @@ class Recovery:
         sync: bool,
         journal: Journal | None = None,
         keep: bool = True,
+        workers: int | None = None,
+        parallel_bytes: int = START_BYTES,
     ):
         self._datadir = datadir
         self._ops = ops
@@ -290,6 +95,12 @@ class Recovery:
         self._sync = sync
         self._journal = journal
         self._keep = keep
+        self._workers = worker_count() if workers is None else workers
+        self._parallel_bytes = parallel_bytes
+        self._checks: FullChecks[_Held] | None = None
+        # Records of whole logs the workers checked, with their sessions, not in the journal yet.
+        self._records: list[tuple[LiveSession, bytes]] = []
+        self._records_bytes = 0
 
     def run(self, progress: Callable[[int], None] | None = None) -> RecoveryReport:
         """Recover every session; ``progress(bytes)`` is called after each file."""
@@ -299,8 +110,16 @@ class Recovery:
                 self._remove_quietly(os.path.join(self._datadir.tmp, name), kind)
         chains = read_chains(self._journal.read()) if self._journal is not None else {}
         report = RecoveryReport()
-        for space in self._datadir.spaces():
-            self._recover_space(space, chains, report, progress)
+        checks = self._checks = FullChecks(now=self._now, workers=self._workers, start_bytes=self._parallel_bytes)
+        try:
+            for space in self._datadir.spaces():
+                self._recover_space(space, chains, report, progress)
+            for held, verdict in checks.drain():
+                self._settle_checked(held, verdict, report)
+        finally:
+            checks.close()
+        self._write_records(report)
+        report.parallel_files = checks.files
         return report
 
     def count_files(self) -> int:
@@ -377,33 +196,128 @@ class Recovery:
         try:
             if session_id in cuts:
                 data = self._apply_cut(session_id, path, os.path.join(space.index, f"{session_id}{CUT_SUFFIX}"), data)
-            # (looked up, not popped: the chains are freed all at once after the start, so that what a start keeps
-            # is not spread over memory the chains held)
-            recovered = recover_log(session_id, data, now=self._now, chain=chains.get(key))
         except CorruptLog as exc:
             logger.error("session %s is corrupt and kept out of service: %s", session_id, exc.reason)
             corrupt(exc.reason, exc.created_at)
             return len(data)
+        # (looked up, not popped: the chains are freed all at once after the start, so that what a start keeps is
+        # not spread over memory the chains held)
+        chain = chains.get(key)
+        held = _Held(space, path, key, data)
+        if self._checks is not None and _checked_whole(data, session_id, chain):
+            task = (space.tenant, session_id, path, len(data))
+            for earlier, verdict in self._checks.add(task, held):
+                self._settle_checked(earlier, verdict, report)
+            return len(data)
+        self._check_here(held, chain, report)
+        return len(data)
+
+    def _check_here(
+        self, held: _Held, chain: Chain | None, report: RecoveryReport, *, record: bytes | None = None
+    ) -> None:
+        """Check a file in this process, resuming from its ``chain`` if the file still holds what it covers
+        (``record``: the chain is a worker's check of the whole file)."""
+        try:
+            recovered = recover_log(held.key.id, held.data, now=self._now, chain=chain)
+        except CorruptLog as exc:
+            self._corrupt(held, report, exc.reason, exc.created_at)
+            return
+        self._settle(held, recovered, report, record=record)
+
+    def _settle_checked(self, held: _Held, verdict: Verdict | None, report: RecoveryReport) -> None:
+        """A file a worker checked: its damage, or its log resumed from the record of its check."""
+        if verdict is None:  # never sent to a worker
+            self._check_here(held, None, report)
+            return
+        record, lines, reason, created_at = verdict
+        if reason is not None:
+            self._corrupt(held, report, reason, created_at)
+            return
+        assert record is not None
+        try:
+            chain = Chain(decode_record(record))
+            if lines is not None:  # the log's lines are not the file's own: kept as checked, never checkpointed
+                header = parse_header(held.data, held.key.id)
+                committed = held.data.rfind(b"\n") + 1
+                log = SessionLog.resume(lines, chain.parts())
+                recovered = RecoveredLog(
+                    header,
+                    log,
+                    committed,
+                    len(held.data) - committed,
+                    events=len(log),
+                    checked_events=len(log),
+                    checkpointed=-1,
+                )
+                self._settle(held, recovered, report)
+                return
+        except (ValueError, CorruptLog):  # a verdict that does not fit (never expected): the long way
+            self._check_here(held, None, report)
+            return
+        # Resumed as after a clean stop; the record's digests are compared with the bytes read here (a file that
+        # changed in between is checked again, here).
+        self._check_here(held, chain, report, record=record)
+
+    def _corrupt(self, held: _Held, report: RecoveryReport, reason: str, created_at: int | None) -> None:
+        session_id = held.key.id
+        logger.error("session %s is corrupt and kept out of service: %s", session_id, reason)
+        report.corrupt.append(CorruptEntry(session_id, held.path, reason, held.key.tenant))
+        report.quarantined.append((held.key, reason, created_at))
+
+    def _settle(
+        self, held: _Held, recovered: RecoveredLog, report: RecoveryReport, *, record: bytes | None = None
+    ) -> None:
+        """Keep a recovered session (its torn tail cut away first)."""
+        key, path = held.key, held.path
         if recovered.torn_bytes:
-            logger.warning("session %s: dropped a torn last line of %d bytes", session_id, recovered.torn_bytes)
+            logger.warning("session %s: dropped a torn last line of %d bytes", key.id, recovered.torn_bytes)
             if self._repair:
                 try:
                     self._truncate(path, recovered.committed_bytes)
                 except OSError as exc:  # appending after the torn bytes would damage the log: keep it out
-                    reason = f"a torn last line could not be cut away: {exc.strerror}"
-                    logger.error("session %s is kept out of service: %s", session_id, reason)
-                    corrupt(reason, recovered.header.created_at)
-                    return len(data)
-        if self._keep:
-            report.sessions.append(
-                LiveSession(key, recovered.header, recovered.log, checkpointed=recovered.checkpointed)
-            )
+                    self._corrupt(
+                        held,
+                        report,
+                        f"a torn last line could not be cut away: {exc.strerror}",
+                        recovered.header.created_at,
+                    )
+                    return
+        checked = recovered.checked_events
+        whole = record is not None and checked == 0 and recovered.checkpointed == recovered.events
+        if record is not None:
+            checked = recovered.events  # by a worker (and, if the file changed since, here again)
         report.events += recovered.events
-        report.checked_events += recovered.checked_events
-        if recovered.checked_events:
-            report.checked[key] = recovered.checked_events
-        report.bytes += len(data)
-        return len(data)
+        report.checked_events += checked
+        report.bytes += len(held.data)
+        live = None
+        if self._keep:
+            live = LiveSession(key, recovered.header, recovered.log, checkpointed=recovered.checkpointed)
+            report.sessions.append(live)
+        if live is not None and whole and record is not None and self._repair and self._journal is not None:
+            self._keep_record(live, record, report)
+        elif checked:
+            report.checked[key] = checked
+
+    def _keep_record(self, live: LiveSession, record: bytes, report: RecoveryReport) -> None:
+        """The record of a worker's check goes to the journal (in rounds of a few MB, each synced)."""
+        self._records.append((live, record))
+        self._records_bytes += len(record)
+        if self._records_bytes >= RECORD_ROUND_BYTES:
+            self._write_records(report)
+
+    def _write_records(self, report: RecoveryReport) -> None:
+        """Append the kept records to the journal: what the workers checked is not checked again after a crash. If
+        the disk refuses, those sessions are left to the checkpoint rounds (as if nothing covered them)."""
+        records, self._records, self._records_bytes = self._records, [], 0
+        if not records or self._journal is None:
+            return
+        try:
+            self._journal.append([[record] for _, record in records])
+        except OSError as exc:
+            logger.warning("could not write %d checkpoints (the rounds write them): %s", len(records), exc.strerror)
+            for live, _ in records:
+                live.checkpointed = 0
+                report.checked[live.key] = len(live.log)
 
     def _read_regular(self, path: str) -> bytes:
         ops = self._ops
@@ -466,3 +380,28 @@ class Recovery:
             return
         except OSError as exc:
             logger.warning("could not remove the leftover %s: %s", path, exc.strerror)
+
+
+# The records of the workers' checks are appended to the journal once they add up to this many bytes.
+RECORD_ROUND_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """A file read, waiting for its check."""
+
+    space: Space
+    path: str
+    key: SessionKey
+    data: bytes
+
+
+def _checked_whole(data: bytes, session_id: str, chain: Chain | None) -> bool:
+    """Whether a file's every event is to be checked: no checkpoint of its incarnation (a header that does not
+    parse is left to the check in this process, which says why)."""
+    if chain is None:
+        return True
+    try:
+        return parse_header(data, session_id).instance != chain.instance
+    except CorruptLog:
+        return False

@@ -1,0 +1,217 @@
+"""A start on files no checkpoint covers (copied in, restored without their index, written by another program):
+every event is checked once, and that check is made durable before the service is ready, so that a crash at any
+moment after readiness restarts without checking the store again."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import errno
+import shutil
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from app.domain.errors import ErrorCode, ForklogError
+from app.domain.log import seed_log
+from tests.backends.files import builders as b
+from tests.backends.files.conftest import FileStore, OpenStore, observe
+
+T0 = 1_785_000_000_000
+
+
+def write_dsh_log(data_dir: Path, session_id: str, events: list[dict[str, Any]], *, created_at: int = T0) -> bytes:
+    """A DSH log written straight into ``sessions/`` (a DSH header: no instance), as another program leaves it."""
+    header = {"type": "session", "version": 0, "id": session_id, "createdAt": created_at, "cwd": "/w"}
+    lines = seed_log(events, now=created_at).lines()
+    folder = data_dir / "sessions"
+    folder.mkdir(parents=True, exist_ok=True)
+    data = orjson.dumps(header) + b"\n" + lines
+    (folder / f"{session_id}.jsonl").write_bytes(data)
+    return data
+
+
+def uncovered_store(data_dir: Path, sessions: int, turns: int) -> list[str]:
+    names = [f"copied-{number}" for number in range(sessions)]
+    for number, name in enumerate(names):
+        write_dsh_log(data_dir, name, b.turns(1, turns), created_at=T0 + number)
+    return names
+
+
+def test_a_crash_right_after_a_cold_start_checks_only_what_came_after(data_dir: Path, open_store: OpenStore) -> None:
+    names = uncovered_store(data_dir, sessions=6, turns=40)
+    total = 6 * len(b.turns(1, 40))
+
+    async def scenario() -> None:
+        store = await open_store(data_dir)  # no background rounds: only what the start itself wrote
+        assert store.backend.recovery.checked_events == total  # nothing covered these files: all checked
+        for name in names:
+            await store.append(name, [b.log_only("after the cold start")])
+        expected = {name: observe(store, name) for name in names}
+        await store.crash()  # kill -9 right after readiness: no round ran since
+
+        again = await open_store(data_dir)
+        report = again.backend.recovery
+        assert report.checked == {again.key(name): 1 for name in names}  # the appended event, not the whole logs
+        assert report.events == total + len(names)
+        assert {name: observe(again, name) for name in names} == expected
+
+    asyncio.run(scenario())
+
+
+# -- files checked by worker processes ------------------------------------------------------------------------------
+
+
+def damaged_copies(data_dir: Path) -> dict[str, str]:
+    """Files of every kind a start meets beside good ones, written straight into ``sessions/``: damaged ones (what
+    each is), a torn last line and packed chunk rows (both good). Returns the damaged ids and their damage."""
+    uncovered_store(data_dir, sessions=5, turns=12)
+    folder = data_dir / "sessions"
+
+    def lines_of(name: str) -> list[bytes]:
+        return write_dsh_log(data_dir, name, b.turns(1, 12)).split(b"\n")
+
+    lines = lines_of("bad-line")
+    lines[7] = b'{"type":"assistant/chunk","seq":6,'
+    (folder / "bad-line.jsonl").write_bytes(b"\n".join(lines))
+    lines = lines_of("seq-gap")
+    del lines[30]
+    (folder / "seq-gap.jsonl").write_bytes(b"\n".join(lines))
+    lines = lines_of("broken-rule")
+    event = orjson.loads(lines[40])
+    event["data"] = {"turn": 99, **{key: value for key, value in event["data"].items() if key != "turn"}}
+    lines[40] = orjson.dumps(event)
+    (folder / "broken-rule.jsonl").write_bytes(b"\n".join(lines))
+    lines = lines_of("newer")
+    lines[0] = lines[0].replace(b'"version":0', b'"version":3')
+    (folder / "newer.jsonl").write_bytes(b"\n".join(lines))
+    (folder / "empty.jsonl").write_bytes(b"")
+    torn = write_dsh_log(data_dir, "torn", b.turns(1, 12))
+    (folder / "torn.jsonl").write_bytes(torn + b'{"type":"forklog-test/note","seq":')
+    lines = lines_of("packed")
+    chunks = [orjson.loads(line) for line in lines[4:7]]
+    assert {chunk["type"] for chunk in chunks} == {"assistant/chunk"}
+    row = {
+        "type": "text-chunks",
+        "seq0": chunks[0]["seq"],
+        "time0": chunks[0]["time"],
+        "data": {"turn": 1, "step": 1, "index": 0, "dt": [0, 0], "texts": [c["data"]["chunk"]["text"] for c in chunks]},
+    }
+    (folder / "packed.jsonl").write_bytes(b"\n".join([*lines[:4], orjson.dumps(row), *lines[7:]]))
+    return {
+        "bad-line": "line 8 is not a storage record",
+        "seq-gap": "seq gap at line 31",
+        "broken-rule": "breaks the rules",
+        "newer": "newer",
+        "empty": "no complete header line",
+    }
+
+
+def test_a_damaged_file_found_by_the_workers_is_kept_out_with_the_reason_a_start_in_one_process_gives(
+    tmp_path: Path,
+) -> None:
+    serial_dir, parallel_dir = tmp_path / "serial", tmp_path / "parallel"
+    damage = damaged_copies(serial_dir)
+    shutil.copytree(serial_dir, parallel_dir)
+
+    async def scenario() -> None:
+        serial = await FileStore(serial_dir, check_workers=0).open()
+        parallel = await FileStore(parallel_dir, check_workers=2, parallel_check_bytes=0).open()
+        try:
+            assert parallel.backend.recovery.parallel_files > 0 and serial.backend.recovery.parallel_files == 0
+            readiness = {}
+            for name, store in (("serial", serial), ("parallel", parallel)):
+                answer = await store.backend.readiness()
+                readiness[name] = (answer.sessions, sorted((e.tenant, e.id, e.reason) for e in answer.corrupt))
+            assert readiness["parallel"] == readiness["serial"]
+            sessions, corrupt = readiness["parallel"]
+            assert sessions == 5 + 2  # the good ones, the torn one and the packed one
+            assert [entry[1] for entry in corrupt] == sorted(damage)
+            for _, session_id, reason in corrupt:
+                assert damage[session_id] in reason
+                with pytest.raises(ForklogError) as refused:
+                    await parallel.append(session_id, [b.log_only("to a damaged log")])
+                assert refused.value.code == ErrorCode.SESSION_CORRUPT
+            good = [live.key.id for live in serial.page()]
+            assert sorted(good) == sorted(live.key.id for live in parallel.page())
+            assert {name: observe(parallel, name) for name in good} == {name: observe(serial, name) for name in good}
+            assert (parallel_dir / "sessions" / "torn.jsonl").read_bytes() == (
+                serial_dir / "sessions" / "torn.jsonl"
+            ).read_bytes()  # the torn tail cut away alike
+        finally:
+            await serial.close()
+            await parallel.close()
+
+    asyncio.run(scenario())
+
+
+def test_what_the_workers_checked_is_not_checked_again_after_a_crash(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    names = uncovered_store(data_dir, sessions=6, turns=20)
+    total = 6 * len(b.turns(1, 20))
+
+    async def scenario() -> None:
+        store = await FileStore(data_dir, check_workers=2, parallel_check_bytes=0).open()
+        assert store.backend.recovery.parallel_files == 6
+        assert store.backend.recovery.checked_events == total
+        assert store.backend.checkpointer is not None and store.backend.checkpointer.pending == 0  # journaled
+        await store.append(names[0], [b.log_only("after the cold start")])
+        expected = {name: observe(store, name) for name in names}
+        await store.crash()
+
+        again = await FileStore(data_dir, check_workers=2, parallel_check_bytes=0).open()
+        try:
+            assert again.backend.recovery.checked == {again.key(names[0]): 1}
+            assert again.backend.recovery.parallel_files == 0
+            assert {name: observe(again, name) for name in names} == expected
+        finally:
+            await again.close()
+
+    asyncio.run(scenario())
+
+
+class _NoProcesses:
+    """A process pool that cannot be had (a sandbox's limits, no shared memory)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+
+class _DyingWorkers(concurrent.futures.ThreadPoolExecutor):
+    """A pool whose every worker dies before it answers (killed, out of memory)."""
+
+    def __init__(self, workers: int, **kwargs: Any) -> None:
+        super().__init__(workers)
+
+    def submit(self, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        future.set_exception(BrokenProcessPool("a child process terminated abruptly"))
+        return future
+
+
+@pytest.mark.parametrize("pool", [_NoProcesses, _DyingWorkers], ids=["no processes", "dying workers"])
+def test_without_worker_processes_the_start_checks_every_file_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: type
+) -> None:
+    serial_dir, parallel_dir = tmp_path / "serial", tmp_path / "parallel"
+    damage = damaged_copies(serial_dir)
+    shutil.copytree(serial_dir, parallel_dir)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", pool)
+
+    async def scenario() -> None:
+        serial = await FileStore(serial_dir, check_workers=0).open()
+        without = await FileStore(parallel_dir, check_workers=2, parallel_check_bytes=0).open()
+        try:
+            assert without.backend.recovery.parallel_files == 0
+            assert sorted((e.id, e.reason) for e in without.corrupt) == sorted((e.id, e.reason) for e in serial.corrupt)
+            assert sorted(e.id for e in without.corrupt) == sorted(damage)
+            good = [live.key.id for live in serial.page()]
+            assert {name: observe(without, name) for name in good} == {name: observe(serial, name) for name in good}
+        finally:
+            await serial.close()
+            await without.close()
+
+    asyncio.run(scenario())

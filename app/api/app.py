@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -19,6 +19,7 @@ from app.api.keys_file import KeysFile
 from app.api.loopback import LoopbackGuard
 from app.api.openapi import build_document
 from app.api.problems import install_problem_handlers
+from app.api.rate_limit import RateLimiter
 from app.api.routes import routers
 from app.api.routes.events import append_events
 from app.api.settings import Settings
@@ -27,6 +28,8 @@ from app.backends.base import Backend
 from app.backends.files import FileBackend
 from app.backends.memory import MemoryBackend
 from app.backends.postgres import PostgresBackend
+from app.domain.limits import TenantLimits
+from app.domain.session import DEFAULT_TENANT
 from app.service.sessions import SessionService, wall_clock_ms
 
 __all__ = ["create_app", "open_backend"]
@@ -49,7 +52,13 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     settings = settings or Settings()
     check_exposure(settings)
     keys = KeysFile(settings.keys_file) if settings.keys_file is not None else None
-    service = SessionService(backend if backend is not None else open_backend(settings))
+    # Spec 14: the tenant lines of the keys file (read again with its keys), or without one the settings' limits.
+    keyless_limits = {DEFAULT_TENANT: settings.tenant_limits()}
+
+    def tenant_limits() -> Mapping[str, TenantLimits]:
+        return keys.tenant_limits if keys is not None else keyless_limits
+
+    service = SessionService(backend if backend is not None else open_backend(settings), tenant_limits=tenant_limits)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -93,6 +102,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     app.add_middleware(AppendShortcut, endpoint=append_events)
     app.add_middleware(EncodedSlashGuard)
     if keys is not None:
+        app.add_middleware(RateLimiter)  # right after the key is known: before anything it would spend
         app.add_middleware(Authenticator, keys=lambda: keys.keys)
     else:
         app.add_middleware(LoopbackGuard, allowed_hosts=settings.allowed_hosts, allowed_origins=settings.cors_origins)

@@ -22,7 +22,17 @@ from typing import Any
 import asyncpg
 import orjson
 
-from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed, SeedLog, SeedPrefix, Tip
+from app.backends.base import (
+    ChangeListener,
+    LimitsOf,
+    Readiness,
+    Remember,
+    Remembered,
+    Seed,
+    SeedLog,
+    SeedPrefix,
+    Tip,
+)
 from app.backends.errors import AlreadyExists, AlreadyRemembered, StaleHead, StartRefused, StorageUnavailable
 from app.backends.postgres import queries
 from app.backends.postgres.chains import Chain, ChainCache
@@ -37,6 +47,7 @@ from app.backends.postgres.pool import (
     redact,
     storage_errors,
 )
+from app.backends.postgres.quotas import bytes_without_created_at, check_quota, seed_bytes
 from app.backends.postgres.rows import Rows
 from app.backends.postgres.schema import migrate
 from app.backends.postgres.state import decode_checkpoint, decode_state, encode_state, fork_state
@@ -45,6 +56,7 @@ from app.backends.postgres.tips import CachedTip, StoredTip, TipCache
 from app.domain.events import LogState
 from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.ids import new_instance
+from app.domain.limits import NO_LIMITS
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import HEADER_FIELDS, Session, SessionHeader, SessionKey, head_of
 
@@ -150,6 +162,11 @@ class PostgresBackend:
         )
         self._doorbell = Doorbell(self._replica, self._notify)
         self._sweeper: asyncio.Task[None] | None = None
+        self._limits_of: LimitsOf = lambda tenant: NO_LIMITS
+
+    def enforce_quotas(self, limits_of: LimitsOf) -> None:
+        """Check each tenant's quotas in its creates, forks and appends (see :mod:`.quotas`)."""
+        self._limits_of = limits_of
 
     @property
     def where(self) -> str:
@@ -407,11 +424,18 @@ class PostgresBackend:
         rows = Rows.of_log(log)
         copied = len(log) > COPY_EVENTS
         statement = queries.CREATE_SESSION if restored_at is None else queries.RESTORE_SESSION
+        known = bytes_without_created_at(SessionHeader(id=key.id, created_at=0, instance=instance, **lineage))
+        known += log.byte_size
+        limits = self._limits_of(key.tenant) if restored_at is None else NO_LIMITS
         try:
             async with self._connection() as conn:
                 log_id = int(await conn.fetchval(queries.NEW_LOG_ID))
-                atomic = conn.transaction() if copied or remember is not None else contextlib.nullcontext()
+                atomic = (
+                    conn.transaction() if copied or remember is not None or limits.quotas else contextlib.nullcontext()
+                )
                 async with atomic:
+                    stamp = len(str(self._clock()))  # the createdAt's digits
+                    await check_quota(conn, self._chains, key.tenant, limits, 1, known + stamp)
                     if copied:
                         seqs, lines = rows.take_events()
                         await conn.copy_records_to_table(
@@ -433,6 +457,7 @@ class PostgresBackend:
                         None,
                         0,
                         *rows.params(),
+                        known,
                     )
                     if made is None:
                         raise AlreadyExists(key.id)
@@ -475,6 +500,14 @@ class PostgresBackend:
                         if turn_end is None:
                             raise ValueError("a fork's seed must end at a turn/end")
                         state = fork_state(count, turn_end["time"], decode_checkpoint(turn_end["checkpoint"]))
+                    # A fork counts its whole log (spec 14), measured now only when a bytes quota needs it.
+                    limits = self._limits_of(key.tenant)
+                    known: int | None = None
+                    if count == 0 or limits.max_bytes is not None:
+                        known = await seed_bytes(conn, self._chains, source["log"], count)
+                        child = SessionHeader(id=key.id, created_at=0, instance=instance, **lineage)
+                        known += bytes_without_created_at(child)
+                    await check_quota(conn, self._chains, key.tenant, limits, 1, (known or 0) + len(str(self._clock())))
                     made = await conn.fetchrow(
                         queries.CREATE_SESSION,
                         key.tenant,
@@ -488,6 +521,7 @@ class PostgresBackend:
                         parent,
                         count if parent is not None else 0,
                         *empty,
+                        known,
                     )
                     if made is None:
                         raise AlreadyExists(key.id)
@@ -522,9 +556,15 @@ class PostgresBackend:
             statement = queries.APPEND_REMEMBERING
             columns = list(zip(*(_remembered_params(record) for record in remember), strict=True))
             params.extend(list(column) for column in columns)
+        limits = self._limits_of(key.tenant)
         try:
             async with self._connection() as conn:
-                row = await conn.fetchrow(statement, *params)
+                if limits.max_bytes is None:
+                    row = await conn.fetchrow(statement, *params)
+                else:
+                    async with conn.transaction():
+                        await check_quota(conn, self._chains, key.tenant, limits, 0, len(staged.lines))
+                        row = await conn.fetchrow(statement, *params)
         except asyncpg.UniqueViolationError as exc:
             if _already_remembered(exc):
                 raise AlreadyRemembered("the Idempotency-Key was used already") from None

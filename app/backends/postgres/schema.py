@@ -20,6 +20,9 @@ Tables (every name starts with ``forklog_``):
 - ``deletions``: recent deletes, for the change poll of other replicas.
 - ``remembered``: idempotency records, written in the transaction of their change.
 - ``clock``: the largest ``createdAt`` given so far (one row, locked by each create).
+
+``sessions.bytes`` (version 2) is the session's log as ``export`` writes it, header line included, or NULL where it
+is not known yet (see :mod:`app.backends.postgres.quotas`).
 """
 
 from __future__ import annotations
@@ -115,6 +118,11 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (tenant, key)
     );
     CREATE INDEX forklog_remembered_age ON forklog_remembered (created_at);
+    """,
+    # 2: each session's bytes (spec 14's quotas): its log as export writes it; NULL until it is first needed (a
+    # session of an older forklog, or a fork at an earlier boundary while its tenant has no bytes quota).
+    """
+    ALTER TABLE forklog_sessions ADD COLUMN bytes bigint;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -13,6 +13,7 @@ Implementations: :class:`app.backends.memory.MemoryBackend` (this process's memo
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -33,6 +34,7 @@ __all__ = [
     "Seed",
     "SeedLog",
     "SeedPrefix",
+    "SweepsOnce",
     "Tip",
     "Usage",
 ]
@@ -235,3 +237,12 @@ class EnforcesQuotas(Protocol):
 
     def enforce_quotas(self, limits_of: LimitsOf) -> None:
         """Check ``limits_of(tenant)`` in every change from now on (refusing with QUOTA_EXCEEDED)."""
+
+
+@runtime_checkable
+class SweepsOnce(Protocol):
+    """A backend several processes share: a sweep that every process runs (retention, spec 14) is run by one of
+    them at a time."""
+
+    def sweep_lease(self) -> AbstractAsyncContextManager[bool]:
+        """Held while the caller sweeps: True if this process has the lease, False if another one sweeps now."""

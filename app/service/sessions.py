@@ -42,6 +42,7 @@ from app.service.errors import NotReady
 from app.service.idempotency import Answer, Claim, IdempotencyGate, IdempotentRequest
 from app.service.locks import KeyedLocks
 from app.service.quotas import QuotaLedger, Reservation, header_bytes
+from app.service.retention import Retention, is_expired, updated_at, visible_page
 
 __all__ = [
     "Appended",
@@ -163,6 +164,7 @@ class SessionService:
         self._appends: AppendQueue[Appended] = AppendQueue(self._locks, self._append_batch)
         self.changes = ChangeFeed()
         self.idempotency = IdempotencyGate(backend, clock)
+        self.retention = Retention(backend, tenant_limits, clock, self._expire)
         backend.listen(self.changes.changed)
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
@@ -177,6 +179,7 @@ class SessionService:
             raise
         self.lifecycle = Lifecycle.READY
         self.idempotency.start_sweeping()
+        self.retention.start()
         self.changes.start_rechecks(TAIL_RECHECK_SECONDS)
 
     def stopping(self) -> None:
@@ -189,6 +192,7 @@ class SessionService:
         self.lifecycle = Lifecycle.STOPPED
         self.changes.close()
         await self.idempotency.stop_sweeping()
+        await self.retention.stop()
         if was_ready:
             await self._appends.drained()
         await self.backend.close()
@@ -234,7 +238,8 @@ class SessionService:
         """Up to ``limit`` sessions in creation order after ``after``, and the key to continue from (None at the
         end)."""
         self._require_ready()
-        sessions = await self.backend.page(tenant, parent=parent, after=after, limit=limit + 1)
+        cutoff = self.retention.cutoff(tenant)  # expired sessions never show, even before they are deleted
+        sessions = await visible_page(self.backend, tenant, parent=parent, after=after, limit=limit + 1, cutoff=cutoff)
         if len(sessions) <= limit:
             return sessions, None
         last = sessions[limit - 1].header
@@ -332,18 +337,21 @@ class SessionService:
         seen = {key.id}
         missing: str | None = None
         parent = session.header.parent_session
+        cutoff = self.retention.cutoff(key.tenant)
         while parent is not None and parent not in seen:
             try:
                 found = await self.backend.find(SessionKey(key.tenant, parent))
             except SessionCorrupt:
                 found = None
-            if found is None:
+            if found is None or is_expired(found, cutoff):
                 missing = parent
                 break
             ancestors.append(found)
             seen.add(parent)
             parent = found.header.parent_session
-        children = await self.backend.page(key.tenant, parent=key.id, after=None, limit=LINEAGE_CHILDREN)
+        children = await visible_page(
+            self.backend, key.tenant, parent=key.id, after=None, limit=LINEAGE_CHILDREN, cutoff=cutoff
+        )
         return Lineage(ancestors, children, missing)
 
     # -- create ----------------------------------------------------------------------------------------------------
@@ -639,6 +647,29 @@ class SessionService:
 
         await self._locks.run(key, work)
         self.changes.changed(key)
+
+    async def _expire(self, key: SessionKey, cutoff: int) -> bool:
+        """Delete the session as DELETE would if it is still expired at ``cutoff`` (spec 14); whether it was."""
+
+        async def work() -> bool:
+            try:
+                session = await self.backend.find(key)
+            except SessionCorrupt:
+                return False
+            if session is None or updated_at(session) >= cutoff:
+                return False  # gone already, or appended to meanwhile
+            await self._delete(session)
+            return True
+
+        deleted = await self._locks.run(key, work)
+        if deleted:
+            self.changes.changed(key)
+        return deleted
+
+    @property
+    def sessions_expired_total(self) -> int:
+        """Sessions this process deleted for their tenant's retention (``forklog_sessions_expired_total``)."""
+        return self.retention.expired_total
 
     async def _delete(self, session: Session) -> None:
         """Delete the live ``session`` (under its lock); its bytes are free at once."""

@@ -74,6 +74,8 @@ CHUNK_EVENTS = 20_000
 ORPHAN_GRACE_MS = 600_000
 OWN_CHANGES_KEPT = 100_000
 WARN_EVERY = 30.0  # seconds between warnings while a start waits for the database
+# pg_try_advisory_xact_lock's key for the retention sweep (one replica sweeps at a time); any fixed 64-bit number.
+RETENTION_LOCK = 0x666F726B6C6F6772  # "forklogr"
 
 
 def _header_of(session_id: str, row: asyncpg.Record) -> SessionHeader:
@@ -167,6 +169,13 @@ class PostgresBackend:
     def enforce_quotas(self, limits_of: LimitsOf) -> None:
         """Check each tenant's quotas in its creates, forks and appends (see :mod:`.quotas`)."""
         self._limits_of = limits_of
+
+    @contextlib.asynccontextmanager
+    async def sweep_lease(self) -> AsyncIterator[bool]:
+        """The retention sweepers' lease (spec 14: expired sessions are deleted once across replicas): a
+        transaction-scoped advisory lock, held while the caller sweeps; False at once if another replica holds it."""
+        async with self._connection() as conn, conn.transaction():
+            yield bool(await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", RETENTION_LOCK))
 
     @property
     def where(self) -> str:

@@ -1,7 +1,7 @@
 """``make bench`` (``python -m bench``): forklog beside its baselines, one table. See bench/README.md.
 
-Settings (environment): BENCH_ONLY (fork,appends,restart,cold,stream,keys,postgres,small,metrics), BENCH_RUNS,
-BENCH_RUNS_1M,
+Settings (environment): BENCH_ONLY (fork,appends,restart,cold,stream,keys,limits,postgres,small,metrics),
+BENCH_RUNS, BENCH_RUNS_1M,
 BENCH_FORK_SIZES, BENCH_CLIENTS, BENCH_APPEND_SECONDS, BENCH_APPEND_RUNS, BENCH_RESTART_BYTES,
 BENCH_RESTART_SESSION_EVENTS, BENCH_RESTART_RUNS, BENCH_COLD_BYTES, BENCH_PG_FORK_SIZES, BENCH_TAIL_APPENDS,
 BENCH_SMALL_SESSIONS,
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import orjson
 
-from bench import appends, cold, fork, keys, metrics, postgres, restart, small, stream
+from bench import appends, cold, fork, keys, limits, metrics, postgres, restart, small, stream
 from bench.load import have_wrk
 from bench.report import Row, render
 from bench.util import fdatasync_latency, log
@@ -33,6 +33,7 @@ SECTIONS: dict[str, Callable[[Path], list[Row]]] = {
     "cold": cold.run,
     "stream": stream.run,
     "keys": keys.run,
+    "limits": limits.run,
     "postgres": postgres.run,
     "small": small.run,
     "metrics": metrics.run,

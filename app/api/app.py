@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -22,6 +22,7 @@ from app.api.loopback import LoopbackGuard
 from app.api.metrics import Metrics
 from app.api.openapi import build_document
 from app.api.problems import install_problem_handlers
+from app.api.rate_limit import RateLimiter
 from app.api.routes import routers
 from app.api.routes.events import append_events
 from app.api.settings import Settings
@@ -32,6 +33,8 @@ from app.backends.base import Backend
 from app.backends.files import FileBackend
 from app.backends.memory import MemoryBackend
 from app.backends.postgres import PostgresBackend
+from app.domain.limits import TenantLimits
+from app.domain.session import DEFAULT_TENANT
 from app.service.observer import NO_SESSION_OBSERVER
 from app.service.sessions import SessionService, wall_clock_ms
 
@@ -58,13 +61,19 @@ def create_app(
     settings = settings or Settings()
     check_exposure(settings)
     keys_file = KeysFile(settings.keys_file) if settings.keys_file is not None else None
+    # Spec 14: the tenant lines of the keys file (read again with its keys), or without one the settings' limits.
+    keyless_limits = {DEFAULT_TENANT: settings.tenant_limits()}
+
+    def tenant_limits() -> Mapping[str, TenantLimits]:
+        return keys_file.tenant_limits if keys_file is not None else keyless_limits
+
     metrics = Metrics(tenant_label=settings.metrics_tenant_label) if settings.metrics else None
     provider = tracer_provider if tracer_provider is not None else provider_from_environment()
     tracing = Tracing(provider, dropped=metrics.span_dropped if metrics else None) if provider is not None else None
     store = backend if backend is not None else open_backend(settings)
     if metrics is not None or tracing is not None:
         store.observer = StorageTelemetry(metrics, tracing)
-    service = SessionService(store, observer=metrics or NO_SESSION_OBSERVER)
+    service = SessionService(store, observer=metrics or NO_SESSION_OBSERVER, tenant_limits=tenant_limits)
     # A reload wakes every stream and long-poll, so that those of a removed key end (app.api.keys_in_force).
     keys = KeysInForce(keys_file, on_change=service.changes.wake_everyone) if keys_file is not None else None
 
@@ -113,6 +122,7 @@ def create_app(
     app.add_middleware(AppendShortcut, endpoint=append_events)
     app.add_middleware(EncodedSlashGuard)
     if keys is not None:
+        app.add_middleware(RateLimiter)  # right after the key is known: before anything it would spend
         app.add_middleware(Authenticator, keys=lambda: keys.ring)
     else:
         app.add_middleware(LoopbackGuard, allowed_hosts=settings.allowed_hosts, allowed_origins=settings.cors_origins)

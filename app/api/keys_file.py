@@ -14,7 +14,8 @@ import logging
 import os
 from pathlib import Path
 
-from app.domain.access import ApiKey, BadKeyLine, KeyRing, case_clash, key_line, parse_keys
+from app.domain.access import ApiKey, BadKeyLine, KeyRing, KeysFileContent, case_clash, key_line, parse_keys_file
+from app.domain.limits import TenantLimits
 
 __all__ = ["POLL_SECONDS", "KeysFile", "KeysFileError", "append_key"]
 
@@ -35,6 +36,11 @@ def _identity(path: Path) -> Identity:
 
 
 def read_keys(path: Path) -> list[ApiKey]:
+    return read_keys_file(path).keys
+
+
+def read_keys_file(path: Path) -> KeysFileContent:
+    """The keys and the tenant lines of the file (spec 14's limits ride in it too)."""
     try:
         text = path.read_bytes()
     except FileNotFoundError:
@@ -45,7 +51,7 @@ def read_keys(path: Path) -> list[ApiKey]:
     except OSError as exc:
         raise KeysFileError(f"keys file {path}: cannot be read ({exc.strerror or exc})") from None
     try:
-        return parse_keys(text)
+        return parse_keys_file(text)
     except BadKeyLine as exc:
         raise KeysFileError(f"keys file {path}: {exc}") from None
 
@@ -56,7 +62,9 @@ class KeysFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._identity = _identity_or_none(path)
-        self.keys = KeyRing(read_keys(path))
+        content = read_keys_file(path)
+        self.keys = KeyRing(content.keys)
+        self.tenant_limits: dict[str, TenantLimits] = content.tenant_limits
         if not len(self.keys):
             logger.warning("keys file %s holds no key: every request that needs one will be refused", path)
 
@@ -67,12 +75,13 @@ class KeysFile:
             return False
         self._identity = identity
         try:
-            keys = read_keys(self.path)
+            content = read_keys_file(self.path)
         except KeysFileError as exc:
             logger.error("%s; the keys read before stay in force", exc)
             return False
-        self.keys = KeyRing(keys)
-        logger.info("keys file %s read again: %d keys", self.path, len(keys))
+        self.keys = KeyRing(content.keys)
+        self.tenant_limits = content.tenant_limits
+        logger.info("keys file %s read again: %d keys", self.path, len(content.keys))
         return True
 
 
@@ -115,7 +124,7 @@ def _is_still(path: Path, descriptor: int) -> bool:
 def _append_locked(path: Path, descriptor: int, key: ApiKey) -> None:
     text = _read_all(descriptor)
     try:
-        existing = parse_keys(text)
+        existing = parse_keys_file(text).keys
     except BadKeyLine as exc:
         raise KeysFileError(f"keys file {path}: {exc}") from None
     if any(other.id == key.id for other in existing):

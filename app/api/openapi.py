@@ -64,6 +64,8 @@ _EVERY_REQUEST = (
 )
 # A route that needs a key when a keys file is set (spec 9); FORBIDDEN is also the loopback guard's cross-site refusal.
 _KEYED = _at(ErrorCode.UNAUTHENTICATED, ErrorCode.FORBIDDEN)
+# A keyed route also answers a key over its rate limit (spec 14); a public route never counts.
+_RATED = _at(ErrorCode.RATE_LIMITED)
 _STORE = _at(ErrorCode.NOT_READY, ErrorCode.STORAGE_UNAVAILABLE)
 _BODY = _at(ErrorCode.INVALID_REQUEST, ErrorCode.PAYLOAD_TOO_LARGE, ErrorCode.UNSUPPORTED_MEDIA_TYPE)
 _IDEMPOTENT = _at(ErrorCode.INVALID_REQUEST, ErrorCode.IDEMPOTENCY_KEY_IN_PROGRESS, ErrorCode.IDEMPOTENCY_KEY_REUSED)
@@ -132,7 +134,7 @@ def _declared_problems(
     """Every status and code an operation of this kind can answer (see the module's docstring)."""
     answers = set(_EVERY_REQUEST) | set(_at(*refusals))
     if not public:
-        answers |= set(_KEYED)
+        answers |= set(_KEYED) | set(_RATED)
     if store:
         answers |= set(_STORE)
     if body:

@@ -83,6 +83,8 @@ PROBLEMS: dict[ErrorCode, ProblemSpec] = {
     ErrorCode.STORAGE_UNAVAILABLE: ProblemSpec(503, "Storage unavailable"),
     ErrorCode.SESSION_CORRUPT: ProblemSpec(503, "Session corrupt", ("reason",)),
     ErrorCode.INTERNAL: ProblemSpec(500, "Internal error"),
+    ErrorCode.QUOTA_EXCEEDED: ProblemSpec(429, "Quota exceeded", ("quota", "limit", "used")),
+    ErrorCode.RATE_LIMITED: ProblemSpec(429, "Rate limited", ("retryAfterMs",)),
 }
 
 # Answers given without reading the request body (or all of it): the connection is closed rather than drained.
@@ -93,6 +95,7 @@ UNREAD_BODY_CODES = frozenset(
         ErrorCode.REQUEST_TIMEOUT,
         ErrorCode.FORBIDDEN,
         ErrorCode.UNAUTHENTICATED,
+        ErrorCode.RATE_LIMITED,
     }
 )
 

@@ -310,6 +310,10 @@ FACT_SCHEMAS: dict[str, Schema] = {
     "lastTurnEndSeq": {**SEQ, "type": ["integer", "null"], "description": "the seq of the last turn/end, or null"},
     "currentSeq": {**SEQ, "description": "the log's length now"},
     "errors": {"type": "array", "items": ref("FieldError"), "minItems": 1},
+    "quota": {"type": "string", "enum": ["sessions", "bytes"], "description": "which of the tenant's quotas"},
+    "limit": {"type": "integer", "minimum": 0, "description": "the quota: live sessions, or bytes of logs"},
+    "used": {"type": "integer", "minimum": 0, "description": "what the tenant holds now, in the quota's unit"},
+    "retryAfterMs": {"type": "integer", "minimum": 1, "description": "milliseconds until the key may ask again"},
 }
 
 

@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.backends.postgres.target import DatabaseTarget, InvalidDatabaseUrl
+from app.domain.limits import TenantLimits, parse_duration_ms
 
 __all__ = ["LogLevel", "Settings"]
 
@@ -62,6 +63,28 @@ class Settings(BaseSettings):
     metrics_tenant_label: bool = Field(
         False, description="add a tenant label to the per-tenant metrics (one series per tenant and value)"
     )
+    # Spec 14: the tenant default's limits when there is no keys file (with one, its tenant lines set them).
+    max_sessions: int | None = Field(
+        None, ge=0, description="without a keys file: live sessions at most (a create or fork beyond gets 429)"
+    )
+    max_bytes: int | None = Field(
+        None, ge=0, description="without a keys file: bytes of all session logs at most (beyond: 429)"
+    )
+    retention: str | None = Field(
+        None, description="without a keys file: an ISO 8601 duration (P30D, PT12H): sessions idle longer are deleted"
+    )
+
+    @field_validator("retention")
+    @classmethod
+    def _check_retention(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_duration_ms(value)  # BadLimit is a ValueError: the settings' message names it
+        return value
+
+    def tenant_limits(self) -> TenantLimits:
+        """The tenant default's limits these settings give (spec 14)."""
+        retention = parse_duration_ms(self.retention) if self.retention is not None else None
+        return TenantLimits(self.max_sessions, self.max_bytes, retention)
 
     @field_validator("database_url")
     @classmethod

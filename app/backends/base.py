@@ -13,10 +13,12 @@ Implementations: :class:`app.backends.memory.MemoryBackend` (this process's memo
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from app.backends.observer import StorageObserver
+from app.domain.limits import TenantLimits
 from app.domain.log import LogTip, SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey
 
@@ -24,13 +26,18 @@ __all__ = [
     "Backend",
     "ChangeListener",
     "CorruptEntry",
+    "CountsLocally",
+    "EnforcesQuotas",
+    "LimitsOf",
     "Readiness",
     "Remember",
     "Remembered",
     "Seed",
     "SeedLog",
     "SeedPrefix",
+    "SweepsOnce",
     "Tip",
+    "Usage",
 ]
 
 
@@ -197,3 +204,48 @@ class Backend(Protocol):
 
     async def forget(self, before: int) -> None:
         """Drop the records made before ``before`` (epoch ms); their changes stay."""
+
+
+# -- quotas (spec 14) -----------------------------------------------------------------------------------------------
+
+
+class Usage(NamedTuple):
+    """What a tenant holds: its live sessions, and the sum of their ``bytes`` (each session's log as ``export``
+    writes it: the header line, then every event line)."""
+
+    sessions: int
+    bytes: int
+
+
+# A tenant's limits as they are now (the keys file may change them at any time).
+LimitsOf = Callable[[str], TenantLimits]
+
+
+@runtime_checkable
+class CountsLocally(Protocol):
+    """A backend only this process changes (memory, files): the service keeps its tenants' usage itself, starting
+    from what this reports, and checks quotas against it."""
+
+    def usage(self, tenant: str) -> Usage:
+        """The tenant's live sessions and their bytes, now."""
+
+    def log_bytes(self, key: SessionKey, count: int) -> int:
+        """The bytes of the first ``count`` event lines of the live session (0 if it is not live)."""
+
+
+@runtime_checkable
+class EnforcesQuotas(Protocol):
+    """A backend several processes share (PostgreSQL): it checks the quotas itself, in the transaction of each
+    create, fork and append, so that replicas racing for a tenant's last slot cannot both take it."""
+
+    def enforce_quotas(self, limits_of: LimitsOf) -> None:
+        """Check ``limits_of(tenant)`` in every change from now on (refusing with QUOTA_EXCEEDED)."""
+
+
+@runtime_checkable
+class SweepsOnce(Protocol):
+    """A backend several processes share: a sweep that every process runs (retention, spec 14) is run by one of
+    them at a time."""
+
+    def sweep_lease(self) -> AbstractAsyncContextManager[bool]:
+        """Held while the caller sweeps: True if this process has the lease, False if another one sweeps now."""

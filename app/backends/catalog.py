@@ -31,6 +31,9 @@ class FrozenLog(Protocol):
     def head(self) -> LogHead:
         """Where the log stands, without thawing it."""
 
+    def body_bytes(self) -> int:
+        """The bytes of the log's lines, without thawing it."""
+
 
 class LiveSession:
     """A live session held in memory: its key, its header and its log (the log grows; the rest never changes).
@@ -69,6 +72,11 @@ class LiveSession:
     def freeze(self, frozen: FrozenLog) -> None:
         """Keep the log as ``frozen`` (the same log, encoded) until it is next used."""
         self._log = frozen
+
+    def body_bytes(self) -> int:
+        """The bytes of the log's event lines (a frozen log is not thawed)."""
+        log = self._log
+        return log.byte_size if isinstance(log, SessionLog) else log.body_bytes()
 
     def view(self) -> Session:
         log = self._log

@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed, SeedLog, Tip
+from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed, SeedLog, Tip, Usage
 from app.backends.catalog import Catalog, LiveSession
 from app.backends.errors import AlreadyRemembered, StaleHead
 from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
+from app.backends.usage import catalog_log_bytes, catalog_usage
 from app.domain.errors import SessionAlreadyExists
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey
@@ -161,3 +162,11 @@ class MemoryBackend:
 
     async def forget(self, before: int) -> None:
         self.remembered.forget(before)
+
+    # -- usage (spec 14: the service counts quotas from it) ---------------------------------------------------------
+
+    def usage(self, tenant: str) -> Usage:
+        return catalog_usage(self.catalog, tenant)
+
+    def log_bytes(self, key: SessionKey, count: int) -> int:
+        return catalog_log_bytes(self.catalog, key, count)

@@ -19,23 +19,27 @@ from typing import Any
 import orjson
 
 from app.domain.ids import is_valid_id
+from app.domain.limits import BadLimit, RateLimit, TenantLimits, parse_rate_limit, parse_tenant_limits
 
 __all__ = [
     "ApiKey",
     "BadKeyLine",
     "KeyRing",
+    "KeysFileContent",
     "Scope",
     "case_clash",
     "digest_of",
     "key_line",
     "new_secret",
     "parse_keys",
+    "parse_keys_file",
 ]
 
 # 256 random bits, URL-safe (a key goes in an Authorization header, or in ?access_token= for a stream).
 SECRET_BYTES = 32
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 _MEMBERS = frozenset({"id", "tenant", "scopes", "sha256"})
+_OPTIONAL_MEMBERS = frozenset({"rateLimit"})
 
 
 class Scope(StrEnum):
@@ -52,6 +56,7 @@ class ApiKey:
     tenant: str
     scopes: frozenset[Scope]
     sha256: str
+    rate_limit: RateLimit | None = None
 
     def allows(self, scope: Scope) -> bool:
         return scope in self.scopes
@@ -80,7 +85,7 @@ def _key_from(record: Any, line: int) -> ApiKey:
     missing = sorted(_MEMBERS - record.keys())
     if missing:
         raise BadKeyLine(line, f"missing {', '.join(missing)}")
-    unknown = sorted(record.keys() - _MEMBERS)
+    unknown = sorted(record.keys() - _MEMBERS - _OPTIONAL_MEMBERS)
     if unknown:
         raise BadKeyLine(line, f"unknown member {', '.join(unknown)}")
     key_id, tenant, scopes, digest = record["id"], record["tenant"], record["scopes"], record["sha256"]
@@ -93,14 +98,38 @@ def _key_from(record: Any, line: int) -> ApiKey:
         raise BadKeyLine(line, f"scopes must be a non-empty list of {', '.join(sorted(valid))}")
     if not isinstance(digest, str) or not _HEX_DIGEST.fullmatch(digest):
         raise BadKeyLine(line, "sha256 must be 64 lower-case hex digits (the SHA-256 of the key's UTF-8 bytes)")
-    return ApiKey(key_id, tenant, frozenset(Scope(s) for s in scopes), digest)
+    try:
+        rate_limit = parse_rate_limit(record["rateLimit"]) if "rateLimit" in record else None
+    except BadLimit as exc:
+        raise BadKeyLine(line, str(exc)) from None
+    return ApiKey(key_id, tenant, frozenset(Scope(s) for s in scopes), digest, rate_limit)
+
+
+@dataclass(frozen=True, slots=True)
+class KeysFileContent:
+    """What a keys file says: its keys, and the limits of the tenants it has a tenant line for (spec 14)."""
+
+    keys: list[ApiKey]
+    tenant_limits: dict[str, TenantLimits]
+
+
+def _is_tenant_line(record: Any) -> bool:
+    # A line with a key's own members but no sha256 is a key line missing its digest (said so), not a tenant line.
+    return isinstance(record, dict) and "tenant" in record and not record.keys() & {"sha256", "id", "scopes"}
 
 
 def parse_keys(text: bytes) -> list[ApiKey]:
     """Every key of a keys file (blank lines skipped), or :class:`BadKeyLine` for the first line that is not one:
     malformed, repeating an id or a digest of an earlier line, or naming a tenant that differs from an earlier
     line's only in letter case."""
+    return parse_keys_file(text).keys
+
+
+def parse_keys_file(text: bytes) -> KeysFileContent:
+    """Every key and tenant line of a keys file (see :func:`parse_keys`); a second tenant line for one tenant is a
+    bad line, and so is a tenant line whose tenant differs from a key's only in letter case."""
     keys: list[ApiKey] = []
+    limits: dict[str, TenantLimits] = {}
     ids: set[str] = set()
     digests: set[str] = set()
     tenants: dict[str, str] = {}  # folded name -> the spelling of its first line
@@ -111,6 +140,19 @@ def parse_keys(text: bytes) -> list[ApiKey]:
             record = orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise BadKeyLine(number, "not JSON") from None
+        if _is_tenant_line(record):
+            try:
+                tenant, tenant_limits = parse_tenant_limits(record)
+            except BadLimit as exc:
+                raise BadKeyLine(number, str(exc)) from None
+            if tenant in limits:
+                raise BadKeyLine(number, f"tenant {tenant!r} has a tenant line already; keep one a tenant")
+            clash = case_clash(tenant, tenants)
+            if clash is not None:
+                raise BadKeyLine(number, clash)
+            tenants.setdefault(tenant.casefold(), tenant)
+            limits[tenant] = tenant_limits
+            continue
         key = _key_from(record, number)
         if key.id in ids:
             raise BadKeyLine(number, f"id {key.id!r} is already the id of an earlier line")
@@ -123,7 +165,7 @@ def parse_keys(text: bytes) -> list[ApiKey]:
         ids.add(key.id)
         digests.add(key.sha256)
         keys.append(key)
-    return keys
+    return KeysFileContent(keys, limits)
 
 
 def case_clash(tenant: str, known: Mapping[str, str]) -> str | None:
@@ -140,7 +182,9 @@ def case_clash(tenant: str, known: Mapping[str, str]) -> str | None:
 
 def key_line(key: ApiKey) -> bytes:
     """The keys file line of ``key`` (newline included)."""
-    record = {"id": key.id, "tenant": key.tenant, "scopes": sorted(key.scopes), "sha256": key.sha256}
+    record: dict[str, Any] = {"id": key.id, "tenant": key.tenant, "scopes": sorted(key.scopes), "sha256": key.sha256}
+    if key.rate_limit is not None:
+        record["rateLimit"] = {"perSecond": key.rate_limit.per_second, "burst": key.rate_limit.burst}
     return orjson.dumps(record) + b"\n"
 
 

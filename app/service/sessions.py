@@ -12,12 +12,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from app.backends.base import Backend, Readiness, Remember, Remembered, SeedLog, SeedPrefix, Tip
+from app.backends.base import (
+    Backend,
+    CountsLocally,
+    EnforcesQuotas,
+    LimitsOf,
+    Readiness,
+    Remember,
+    Remembered,
+    SeedLog,
+    SeedPrefix,
+    Tip,
+)
 from app.backends.errors import AlreadyRemembered, SessionCorrupt, StaleHead, StorageUnavailable
 from app.domain.boundary import fork_lineage, seed_length
 from app.domain.errors import (
@@ -29,14 +40,17 @@ from app.domain.errors import (
     SessionForkError,
 )
 from app.domain.ids import check_id, new_instance, new_session_id
+from app.domain.limits import NO_LIMITS, TenantLimits
 from app.domain.log import StagedEvents, chain, seed_log, stage
-from app.domain.session import Session, SessionKey, check_live, check_meta, head_of, lineage_attrs
+from app.domain.session import Session, SessionHeader, SessionKey, check_live, check_meta, head_of, lineage_attrs
 from app.service.appends import AppendQueue, WaitingAppend
 from app.service.changes import ChangeFeed
 from app.service.errors import NotReady
 from app.service.idempotency import Answer, Claim, IdempotencyGate, IdempotentRequest
 from app.service.locks import KeyedLocks
 from app.service.observer import NO_SESSION_OBSERVER, SessionObserver
+from app.service.quotas import QuotaLedger, Reservation, header_bytes
+from app.service.retention import Retention, is_expired, updated_at, visible_page
 
 __all__ = [
     "Appended",
@@ -140,9 +154,23 @@ class SessionService:
         new_id: Callable[[], str] = new_session_id,
         instance: Callable[[], str] = new_instance,
         observer: SessionObserver = NO_SESSION_OBSERVER,
+        tenant_limits: Callable[[], Mapping[str, TenantLimits]] = dict,
     ) -> None:
         self.backend = backend
         self.observer = observer
+        # Each tenant's limits as they are now (spec 14: the keys file may change them at any time).
+        self.tenant_limits = tenant_limits
+
+        def limits_of(tenant: str) -> TenantLimits:
+            return tenant_limits().get(tenant, NO_LIMITS)
+
+        self.limits_of: LimitsOf = limits_of
+        # Quotas (spec 14): a shared backend checks them in its transactions, a local one is counted here.
+        self.quotas: QuotaLedger | None = None
+        if isinstance(backend, EnforcesQuotas):
+            backend.enforce_quotas(limits_of)
+        elif isinstance(backend, CountsLocally):
+            self.quotas = QuotaLedger(backend, limits_of)
         self._clock = clock
         self._new_id = new_id
         self._new_instance = instance
@@ -151,6 +179,7 @@ class SessionService:
         self._appends: AppendQueue[Appended] = AppendQueue(self._locks, self._append_batch)
         self.changes = ChangeFeed()
         self.idempotency = IdempotencyGate(backend, clock)
+        self.retention = Retention(backend, tenant_limits, clock, self._expire)
         backend.listen(self.changes.changed)
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
@@ -165,6 +194,7 @@ class SessionService:
             raise
         self.lifecycle = Lifecycle.READY
         self.idempotency.start_sweeping()
+        self.retention.start()
         self.changes.start_rechecks(TAIL_RECHECK_SECONDS)
 
     def stopping(self) -> None:
@@ -177,6 +207,7 @@ class SessionService:
         self.lifecycle = Lifecycle.STOPPED
         self.changes.close()
         await self.idempotency.stop_sweeping()
+        await self.retention.stop()
         if was_ready:
             await self._appends.drained()
         await self.backend.close()
@@ -225,7 +256,8 @@ class SessionService:
         """Up to ``limit`` sessions in creation order after ``after``, and the key to continue from (None at the
         end)."""
         self._require_ready()
-        sessions = await self.backend.page(tenant, parent=parent, after=after, limit=limit + 1)
+        cutoff = self.retention.cutoff(tenant)  # expired sessions never show, even before they are deleted
+        sessions = await visible_page(self.backend, tenant, parent=parent, after=after, limit=limit + 1, cutoff=cutoff)
         if len(sessions) <= limit:
             return sessions, None
         last = sessions[limit - 1].header
@@ -350,18 +382,21 @@ class SessionService:
         seen = {key.id}
         missing: str | None = None
         parent = session.header.parent_session
+        cutoff = self.retention.cutoff(key.tenant)
         while parent is not None and parent not in seen:
             try:
                 found = await self.backend.find(SessionKey(key.tenant, parent))
             except SessionCorrupt:
                 found = None
-            if found is None:
+            if found is None or is_expired(found, cutoff):
                 missing = parent
                 break
             ancestors.append(found)
             seen.add(parent)
             parent = found.header.parent_session
-        children = await self.backend.page(key.tenant, parent=key.id, after=None, limit=LINEAGE_CHILDREN)
+        children = await visible_page(
+            self.backend, key.tenant, parent=key.id, after=None, limit=LINEAGE_CHILDREN, cutoff=cutoff
+        )
         return Lineage(ancestors, children, missing)
 
     # -- create ----------------------------------------------------------------------------------------------------
@@ -403,7 +438,16 @@ class SessionService:
             log = await asyncio.to_thread(seed_log, seed, now=self._clock(), breaks=breaks)
         else:
             log = seed_log(seed, now=self._clock(), breaks=breaks)
-        return await self.backend.create(key, self._new_instance(), lineage, SeedLog(log), remember)
+        instance = self._new_instance()
+
+        def make() -> Awaitable[Session]:
+            return self.backend.create(key, instance, lineage, SeedLog(log), remember)
+
+        if self.quotas is None:
+            return await make()
+        body = log.byte_size
+        size = header_bytes(SessionHeader(key.id, self._clock(), instance, **lineage)) + body
+        return await self.quotas.charged(key.tenant, 1, size, make, lambda made: header_bytes(made.header) + body)
 
     # -- append ----------------------------------------------------------------------------------------------------
 
@@ -436,6 +480,23 @@ class SessionService:
         )
 
     async def _append_batch(self, key: SessionKey, batch: list[WaitingAppend[Appended]]) -> None:
+        if self.quotas is None:
+            await self._append_rounds(key, batch, [])
+            return
+        await self.quotas.enter(key.tenant)
+        reservations: list[Reservation] = []
+        try:
+            await self._append_rounds(key, batch, reservations)
+        finally:
+            for reservation in reservations:  # those of a round that did not commit
+                self.quotas.release(reservation)
+            self.quotas.leave(key.tenant)
+
+    async def _append_rounds(
+        self, key: SessionKey, batch: list[WaitingAppend[Appended]], reservations: list[Reservation]
+    ) -> None:
+        """Check and write the batch, again while another process moves the head under it; each accepted append
+        reserves its bytes (in ``reservations``) until it is written or refused."""
         wanted = _replace_targets(waiting.events for waiting in batch)
         refresh = False
         current = 0
@@ -447,7 +508,10 @@ class SessionService:
                     waiting.fail(missing)
                 return
             current = tip.session.head.count
-            accepted, refused, combined = self._check_batch(tip, batch)
+            for reservation in reservations:  # a round that went again gives its reservations back
+                self._release(reservation)
+            reservations.clear()
+            accepted, refused, combined = self._check_batch(tip, batch, reservations)
             if refused and tip.may_be_stale and not refresh:
                 refresh = True  # a refusal is only answered once it holds on a fresh tip
                 continue
@@ -472,10 +536,23 @@ class SessionService:
                 refresh = True
                 batch = await self._without_kept_keys([waiting for waiting, _ in accepted])
                 continue
+            except SessionError as refusal:
+                if refusal.code is ErrorCode.QUOTA_EXCEEDED and len(accepted) > 1:
+                    # A shared store refused the batch as a whole (spec 14): each append goes alone, so that
+                    # those that fit are stored.
+                    for waiting, _ in accepted:
+                        await self._append_rounds(key, [waiting], reservations)
+                    return
+                for waiting, _ in accepted:
+                    waiting.fail(refusal)
+                return
             except Exception as failed:
                 for waiting, _ in accepted:
                     waiting.fail(failed)
                 return
+            for reservation in reservations:
+                self._commit(reservation)
+            reservations.clear()
             for waiting, answer in answers:
                 waiting.succeed(answer)
             self.changes.changed(key)
@@ -497,8 +574,16 @@ class SessionService:
                 remaining.append(waiting)
         return remaining
 
+    def _release(self, reservation: Reservation) -> None:
+        if self.quotas is not None:
+            self.quotas.release(reservation)
+
+    def _commit(self, reservation: Reservation) -> None:
+        if self.quotas is not None:
+            self.quotas.commit(reservation, reservation.sessions, reservation.bytes)
+
     def _check_batch(
-        self, tip: Tip, batch: list[WaitingAppend[Appended]]
+        self, tip: Tip, batch: list[WaitingAppend[Appended]], reservations: list[Reservation]
     ) -> tuple[
         list[tuple[WaitingAppend[Appended], StagedEvents]],
         list[tuple[WaitingAppend[Appended], SessionError]],
@@ -514,6 +599,8 @@ class SessionService:
                 staged = stage(
                     tip.log, waiting.events, appended=True, now=self._clock(), breaks=waiting.breaks, after=combined
                 )
+                if self.quotas is not None:  # QUOTA_EXCEEDED refuses this append alone
+                    reservations.append(self.quotas.reserve(tip.session.key.tenant, 0, len(staged.lines)))
             except EventRejected as rejected:
                 refused.append((waiting, _invalid_event(rejected)))
                 continue
@@ -579,8 +666,17 @@ class SessionService:
         count = await self._seed_length(source, at_seq)
         lineage = lineage_attrs(fork_lineage(source, count))
         seed = SeedPrefix(key, source.header.instance, count)
+        instance = self._new_instance()
+
+        def make() -> Awaitable[Session]:
+            return self.backend.create(child, instance, lineage, seed, remember)
+
         try:
-            return await self.backend.create(child, self._new_instance(), lineage, seed, remember)
+            if self.quotas is None or not isinstance(self.backend, CountsLocally):
+                return await make()
+            body = self.backend.log_bytes(key, count)  # a fork counts its whole log, shared or not
+            size = header_bytes(SessionHeader(child.id, self._clock(), instance, **lineage)) + body
+            return await self.quotas.charged(child.tenant, 1, size, make, lambda made: header_bytes(made.header) + body)
         except StaleHead:
             raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found') from None
 
@@ -590,12 +686,52 @@ class SessionService:
         self._require_ready()
 
         async def work() -> None:
-            await self._live(key)
-            await self.backend.delete(key)
+            session = await self._live(key)
+            await self._delete(session)
 
         await self._locks.run(key, work)
         self.changes.changed(key)
         self.observer.deleted(key.tenant)
+
+    async def _expire(self, key: SessionKey, cutoff: int) -> bool:
+        """Delete the session as DELETE would if it is still expired at ``cutoff`` (spec 14); whether it was."""
+
+        async def work() -> bool:
+            try:
+                session = await self.backend.find(key)
+            except SessionCorrupt:
+                return False
+            if session is None or updated_at(session) >= cutoff:
+                return False  # gone already, or appended to meanwhile
+            await self._delete(session)
+            return True
+
+        deleted = await self._locks.run(key, work)
+        if deleted:
+            self.changes.changed(key)
+        return deleted
+
+    @property
+    def sessions_expired_total(self) -> int:
+        """Sessions this process deleted for their tenant's retention (``forklog_sessions_expired_total``)."""
+        return self.retention.expired_total
+
+    async def _delete(self, session: Session) -> None:
+        """Delete the live ``session`` (under its lock); its bytes are free at once."""
+        key = session.key
+        ledger = self.quotas
+        if ledger is None or not isinstance(self.backend, CountsLocally):
+            await self.backend.delete(key)
+            return
+        await ledger.enter(key.tenant)
+        try:
+            size = 0
+            if ledger.counts(key.tenant):
+                size = header_bytes(session.header) + self.backend.log_bytes(key, session.head.count)
+            await self.backend.delete(key)
+            ledger.changed(key.tenant, -1, -size)
+        finally:
+            ledger.leave(key.tenant)
 
 
 def _after(session: Session, staged: StagedEvents) -> Session:

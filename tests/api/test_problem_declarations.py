@@ -60,12 +60,14 @@ IDEMPOTENT = ("create_session", "append_events", "fork_session")
 
 # Declared, but not answered by the app on its own: the HTTP server answers 408 (headers that stop arriving) and
 # 431 before any route runs (tests/e2e/test_limits.py), a key check answers 401 and 403 with a keys file (the
-# access-control tests), and /healthz has no code that could fail (its 500 is any bug's).
+# access-control tests) and 429 RATE_LIMITED for a key with a rate limit (tests/api/test_rate_limits.py), and
+# /healthz has no code that could fail (its 500 is any bug's).
 ANSWERED_ELSEWHERE = {
     (401, "UNAUTHENTICATED"),
     (403, "FORBIDDEN"),
     (408, "REQUEST_TIMEOUT"),
     (431, "HEADERS_TOO_LARGE"),
+    (429, "RATE_LIMITED"),  # a key over its rate limit (tests/api/test_rate_limits.py)
 }
 ANSWERED_ELSEWHERE_BY_OPERATION = {"healthz": {(500, "INTERNAL")}, "metrics": {(500, "INTERNAL")}}
 # Operations that answer whatever state the store is in (the metrics keep the last count of a store that fails).
@@ -244,6 +246,13 @@ def serving_cases() -> Iterator[tuple[str, Request]]:
     yield "fork_session", ("POST", "/sessions/s/fork", {"json": {"sessionId": "bad"}})
 
 
+def quota_cases() -> Iterator[tuple[str, Request]]:
+    """Changes beyond a tenant's quotas (spec 14), on a store holding ``s`` with one session and 1000 bytes allowed."""
+    yield "create_session", ("POST", "/sessions", {"json": {"id": "t"}})
+    yield "fork_session", ("POST", "/sessions/s/fork", {"json": {}})
+    yield "append_events", ("POST", "/sessions/s/events", {"json": {"events": [note("x" * 1000)]}})
+
+
 def plain_cases(*, store: bool = True) -> Iterator[tuple[str, Request]]:
     """Each operation's plain request (on ``s``); only those that ask the store with ``store``."""
     for operation_id in OPERATIONS:
@@ -293,6 +302,11 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Answers:
                 assert time.monotonic() < deadline, "the store never opened"
                 time.sleep(0.005)
             run(client, plain_cases())
+
+    with TestClient(app(max_sessions=1, max_bytes=1000), base_url=LOCAL) as client:  # a tenant at its quotas
+        wait_ready(client)
+        assert client.post("/sessions", json={"id": "s"}).status_code == 201
+        run(client, quota_cases())
 
     with TestClient(app(backend=MovingHead(clock=wall_clock_ms)), base_url=LOCAL) as client:
         wait_ready(client)

@@ -61,6 +61,7 @@ class StoreHarness:
         self.run(self.service.start())
         # No background task may outlive a call: the harness's loop only runs while it is called.
         self.run(self.service.idempotency.stop_sweeping())
+        self.run(self.service.retention.stop())
         self.service.changes.stop_rechecks()
         self.run(asyncio.sleep(0))  # the cancelled task ends
 

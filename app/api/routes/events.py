@@ -28,7 +28,13 @@ router = new_router()
     **operation(
         AppendResponse,
         body=APPEND,
-        refusals=(*SESSION_ID, ErrorCode.SESSION_NOT_LIVE, ErrorCode.SEQ_CONFLICT, ErrorCode.INVALID_EVENT),
+        refusals=(
+            *SESSION_ID,
+            ErrorCode.SESSION_NOT_LIVE,
+            ErrorCode.SEQ_CONFLICT,
+            ErrorCode.INVALID_EVENT,
+            ErrorCode.QUOTA_EXCEEDED,
+        ),
         idempotent=True,
     ),
 )

@@ -59,7 +59,7 @@ async def snapshot_session(request: Request) -> Response:
     **operation(
         SessionOut,
         body=FORK,
-        refusals=(*SESSION_ID, ErrorCode.SESSION_ALREADY_EXISTS, *_BOUNDARY_REFUSALS),
+        refusals=(*SESSION_ID, ErrorCode.SESSION_ALREADY_EXISTS, *_BOUNDARY_REFUSALS, ErrorCode.QUOTA_EXCEEDED),
         idempotent=True,
         created=True,
     ),

@@ -27,7 +27,12 @@ router = new_router()
     **operation(
         SessionOut,
         body=CREATE,
-        refusals=(ErrorCode.SESSION_ALREADY_EXISTS, ErrorCode.SESSION_CORRUPT, ErrorCode.INVALID_SEED),
+        refusals=(
+            ErrorCode.SESSION_ALREADY_EXISTS,
+            ErrorCode.SESSION_CORRUPT,
+            ErrorCode.INVALID_SEED,
+            ErrorCode.QUOTA_EXCEEDED,
+        ),
         idempotent=True,
         created=True,
     ),

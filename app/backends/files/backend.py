@@ -20,7 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.backends.base import ChangeListener, CorruptEntry, Readiness, Remember, Remembered, Seed, SeedPrefix, Tip
+from app.backends.base import (
+    ChangeListener,
+    CorruptEntry,
+    Readiness,
+    Remember,
+    Remembered,
+    Seed,
+    SeedPrefix,
+    Tip,
+    Usage,
+)
 from app.backends.catalog import Catalog, LiveSession
 from app.backends.errors import Access, StaleHead
 from app.backends.files.checkpointer import REWRITE_MIN_BYTES, Checkpointer
@@ -36,6 +46,7 @@ from app.backends.files.remembered import RememberedJournal, lines_digest
 from app.backends.files.writer import OPEN_FILES, AppendWriter
 from app.backends.memory import live_prefix, log_chunks
 from app.backends.observer import StorageObserver
+from app.backends.usage import catalog_log_bytes, catalog_usage
 from app.domain.errors import SessionAlreadyExists
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey, head_of
@@ -282,6 +293,14 @@ class FileBackend:
         if self.catalog.get(key) is not None:
             raise SessionAlreadyExists(key.id)
         return await self._make(key, header, log, [])
+
+    # -- usage (spec 14: the service counts quotas from it) ---------------------------------------------------------
+
+    def usage(self, tenant: str) -> Usage:
+        return catalog_usage(self.catalog, tenant)
+
+    def log_bytes(self, key: SessionKey, count: int) -> int:
+        return catalog_log_bytes(self.catalog, key, count)
 
     async def tenants(self) -> list[str]:
         return self.catalog.tenants()

@@ -457,3 +457,7 @@ class ColdLog(bytes):
     def head(self) -> LogHead:
         description, _, ends, _, _ = self._description()
         return _head(description, ends)
+
+    def body_bytes(self) -> int:
+        _, json_length, ends, surface, turns = self._description()
+        return len(self) - self._HEAD.size - json_length - 2 * (ends + surface + turns)

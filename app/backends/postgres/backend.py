@@ -23,7 +23,17 @@ from typing import Any
 import asyncpg
 import orjson
 
-from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed, SeedLog, SeedPrefix, Tip
+from app.backends.base import (
+    ChangeListener,
+    LimitsOf,
+    Readiness,
+    Remember,
+    Remembered,
+    Seed,
+    SeedLog,
+    SeedPrefix,
+    Tip,
+)
 from app.backends.errors import Access, ChangeRefused, ReadFailed, StaleHead, StartRefused, StorageUnavailable
 from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
 from app.backends.postgres import queries
@@ -32,6 +42,7 @@ from app.backends.postgres.changes import ChangeFeed, Doorbell
 from app.backends.postgres.errors import DRIVER_ERRORS, database_errors
 from app.backends.postgres.failover import PrimaryWatch
 from app.backends.postgres.pool import Connection, PoolSettings, connect, open_pool, redact
+from app.backends.postgres.quotas import bytes_without_created_at, check_quota, seed_bytes
 from app.backends.postgres.rows import Rows
 from app.backends.postgres.schema import migrate
 from app.backends.postgres.state import decode_checkpoint, decode_state, encode_state, fork_state
@@ -41,6 +52,7 @@ from app.domain.errors import SessionAlreadyExists
 from app.domain.events import LogState
 from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.ids import new_instance
+from app.domain.limits import NO_LIMITS
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import HEADER_FIELDS, Session, SessionHeader, SessionKey, head_of
 
@@ -67,6 +79,10 @@ async def _during(manager: contextlib.AbstractContextManager[object]) -> AsyncIt
     """A plain context manager (a trace's span) held across awaits, beside a connection's ``async with``."""
     with manager:
         yield
+
+
+# pg_try_advisory_xact_lock's key for the retention sweep (one replica sweeps at a time); any fixed 64-bit number.
+RETENTION_LOCK = 0x666F726B6C6F6772  # "forklogr"
 
 
 def _header_of(session_id: str, row: asyncpg.Record) -> SessionHeader:
@@ -153,6 +169,18 @@ class PostgresBackend:
         self._doorbell = Doorbell(self._replica, self._notify)
         self._watch = PrimaryWatch(url, self._settings, self._drop_connections)
         self._sweeper: asyncio.Task[None] | None = None
+        self._limits_of: LimitsOf = lambda tenant: NO_LIMITS
+
+    def enforce_quotas(self, limits_of: LimitsOf) -> None:
+        """Check each tenant's quotas in its creates, forks and appends (see :mod:`.quotas`)."""
+        self._limits_of = limits_of
+
+    @contextlib.asynccontextmanager
+    async def sweep_lease(self) -> AsyncIterator[bool]:
+        """The retention sweepers' lease (spec 14: expired sessions are deleted once across replicas): a
+        transaction-scoped advisory lock, held while the caller sweeps; False at once if another replica holds it."""
+        async with self._connection(Access.CHANGE) as conn, conn.transaction():
+            yield bool(await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", RETENTION_LOCK))
 
     @property
     def where(self) -> str:
@@ -424,10 +452,15 @@ class PostgresBackend:
         rows = Rows.of_log(log)
         copied = len(log) > COPY_EVENTS
         statement = queries.CREATE_SESSION if restored_at is None else queries.RESTORE_SESSION
+        known = bytes_without_created_at(SessionHeader(id=key.id, created_at=0, instance=instance, **lineage))
+        known += log.byte_size
+        limits = self._limits_of(key.tenant) if restored_at is None else NO_LIMITS
         async with self._connection(Access.CHANGE) as conn, _during(self.observer.durable_write(COMMIT_SPAN, len(log))):
             log_id = int(await conn.fetchval(queries.NEW_LOG_ID))
-            atomic = conn.transaction() if copied or remember is not None else contextlib.nullcontext()
+            atomic = conn.transaction() if copied or remember is not None or limits.quotas else contextlib.nullcontext()
             async with atomic:
+                stamp = len(str(self._clock()))  # the createdAt's digits
+                await check_quota(conn, self._chains, key.tenant, limits, 1, known + stamp)
                 if copied:
                     seqs, lines = rows.take_events()
                     await conn.copy_records_to_table(
@@ -449,6 +482,7 @@ class PostgresBackend:
                     None,
                     0,
                     *rows.params(),
+                    known,
                 )
                 if made is None:
                     raise SessionAlreadyExists(key.id)
@@ -484,6 +518,14 @@ class PostgresBackend:
                     if turn_end is None:
                         raise ChangeRefused(f"the fork's seed no longer ends at a stored turn/end (seq {count - 1})")
                     state = fork_state(count, turn_end["time"], decode_checkpoint(turn_end["checkpoint"]))
+                # A fork counts its whole log (spec 14), measured now only when a bytes quota needs it.
+                limits = self._limits_of(key.tenant)
+                known: int | None = None
+                if count == 0 or limits.max_bytes is not None:
+                    known = await seed_bytes(conn, self._chains, source["log"], count)
+                    child = SessionHeader(id=key.id, created_at=0, instance=instance, **lineage)
+                    known += bytes_without_created_at(child)
+                await check_quota(conn, self._chains, key.tenant, limits, 1, (known or 0) + len(str(self._clock())))
                 made = await conn.fetchrow(
                     queries.CREATE_SESSION,
                     key.tenant,
@@ -497,6 +539,7 @@ class PostgresBackend:
                     parent,
                     count if parent is not None else 0,
                     *empty,
+                    known,
                 )
                 if made is None:
                     raise SessionAlreadyExists(key.id)
@@ -528,11 +571,17 @@ class PostgresBackend:
             columns = list(zip(*(_remembered_params(record) for record in remember), strict=True))
             params.extend(list(column) for column in columns)
         events = len(staged.events)
+        limits = self._limits_of(key.tenant)
         try:
             async with self._connection(Access.CHANGE) as conn:
                 with self.observer.durable_write(COMMIT_SPAN, events):
                     started = time.perf_counter()
-                    row = await conn.fetchrow(statement, *params)
+                    if limits.max_bytes is None:
+                        row = await conn.fetchrow(statement, *params)
+                    else:
+                        async with conn.transaction():
+                            await check_quota(conn, self._chains, key.tenant, limits, 0, len(staged.lines))
+                            row = await conn.fetchrow(statement, *params)
                     committed = time.perf_counter() - started
         except StorageUnavailable:
             self._tips.drop(key)  # the outcome is unknown: the next tip reads the row

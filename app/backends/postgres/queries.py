@@ -91,7 +91,8 @@ INCARNATION_LOG = "SELECT id FROM forklog_logs WHERE tenant = $1 AND session_id 
 # go in only if it moved. (No NOTIFY in it: notifications serialize commits, so they are sent after, in batches.)
 _APPEND_HEAD = """
 WITH head AS (
-    UPDATE forklog_sessions SET count = $4, state = $5, change_seq = nextval('forklog_changes')
+    UPDATE forklog_sessions SET count = $4, state = $5, change_seq = nextval('forklog_changes'),
+        bytes = bytes + (SELECT coalesce(sum(octet_length(u.line) + 1), 0) FROM unnest($8::text[]) AS u(line))
     WHERE tenant = $1 AND id = $2 AND log = $3 AND count = $6
     RETURNING log, change_seq
 ), events AS (
@@ -131,15 +132,17 @@ CLAIM_SOURCE = "SELECT log, count FROM forklog_sessions WHERE tenant = $1 AND id
 
 # A new session, one statement: $1 tenant, $2 id, $3 instance, $4 now (or the restored createdAt), $5..$10 the
 # header's optional fields, $11 log, $12 count, $13 state, $14 parent log, $15 parent count, $16..$23 the seed's
-# rows (as in an append; empty when they were copied in before). The createdAt is max(now, 1 + the largest given to
-# the tenant) from the tenant's clock row, made on its first create and locked until commit, so that a tenant's
-# creates on every replica follow each other (and other tenants' creates neither wait for it nor show in it). A
-# taken id inserts nothing (and the caller's transaction, if any, is rolled back).
+# rows (as in an append; empty when they were copied in before), $24 its bytes but the createdAt's digits (or NULL:
+# not known yet). The createdAt is max(now, 1 + the largest given to the tenant) from the tenant's clock row, made on
+# its first create and locked until commit, so that a tenant's creates on every replica follow each other (and other
+# tenants' creates neither wait for it nor show in it). A taken id inserts nothing (and the caller's transaction, if
+# any, is rolled back).
 _NEW_SESSION = """
 , session AS (
     INSERT INTO forklog_sessions (tenant, id, instance, created_at, cwd, parent_session, seed_length, origin,
-                                  delegation_depth, agent_preset, log, count, state, change_seq)
-    SELECT $1, $2, $3, clock.created_at, $5, $6, $7, $8, $9, $10, $11, $12, $13, nextval('forklog_changes')
+                                  delegation_depth, agent_preset, log, count, state, change_seq, bytes)
+    SELECT $1, $2, $3, clock.created_at, $5, $6, $7, $8, $9, $10, $11, $12, $13, nextval('forklog_changes'),
+           $24::bigint + length(clock.created_at::text)
     FROM clock
     ON CONFLICT (tenant, id) DO NOTHING
     RETURNING created_at, change_seq

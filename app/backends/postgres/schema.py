@@ -23,6 +23,9 @@ Tables (every name starts with ``forklog_``):
   creates until commit: creates of one tenant follow each other on every replica, and no tenant waits on another's
   or can count them). ``clock``, the one row of schema version 1 that all tenants shared, is no longer written (kept
   for a version-1 replica still running during an upgrade).
+
+``sessions.bytes`` (version 3) is the session's log as ``export`` writes it, header line included, or NULL where it
+is not known yet (see :mod:`app.backends.postgres.quotas`).
 """
 
 from __future__ import annotations
@@ -128,6 +131,11 @@ MIGRATIONS: tuple[str, ...] = (
     );
     INSERT INTO forklog_tenant_clocks (tenant, last_created_at)
     SELECT tenant, max(created_at) FROM forklog_sessions GROUP BY tenant;
+    """,
+    # 3: each session's bytes (spec 14's quotas): its log as export writes it; NULL until it is first needed (a
+    # session of an older forklog, or a fork at an earlier boundary while its tenant has no bytes quota).
+    """
+    ALTER TABLE forklog_sessions ADD COLUMN bytes bigint;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -219,6 +219,11 @@ export interface components {
          */
         AppendEvents422Problem: components["schemas"]["InvalidEventProblem"] | components["schemas"]["InvalidRequestProblem"] | components["schemas"]["IdempotencyKeyReusedProblem"];
         /**
+         * AppendEvents429Problem
+         * @description a problem append_events answers with status 429
+         */
+        AppendEvents429Problem: components["schemas"]["QuotaExceededProblem"] | components["schemas"]["RateLimitedProblem"];
+        /**
          * AppendEvents503Problem
          * @description a problem append_events answers with status 503
          */
@@ -345,6 +350,11 @@ export interface components {
          */
         CreateSession422Problem: components["schemas"]["InvalidSeedProblem"] | components["schemas"]["InvalidRequestProblem"] | components["schemas"]["IdempotencyKeyReusedProblem"];
         /**
+         * CreateSession429Problem
+         * @description a problem create_session answers with status 429
+         */
+        CreateSession429Problem: components["schemas"]["QuotaExceededProblem"] | components["schemas"]["RateLimitedProblem"];
+        /**
          * CreateSession503Problem
          * @description a problem create_session answers with status 503
          */
@@ -417,6 +427,11 @@ export interface components {
          * @description a problem fork_session answers with status 422
          */
         ForkSession422Problem: components["schemas"]["InvalidBoundaryProblem"] | components["schemas"]["InvalidRequestProblem"] | components["schemas"]["IdempotencyKeyReusedProblem"];
+        /**
+         * ForkSession429Problem
+         * @description a problem fork_session answers with status 429
+         */
+        ForkSession429Problem: components["schemas"]["QuotaExceededProblem"] | components["schemas"]["RateLimitedProblem"];
         /**
          * ForkSession503Problem
          * @description a problem fork_session answers with status 503
@@ -919,6 +934,59 @@ export interface components {
             instance: string;
             /** @description the request's id, as its X-Request-Id answer header gives it */
             requestId: string;
+        };
+        /**
+         * QuotaExceededProblem
+         * @description QUOTA_EXCEEDED: Quota exceeded
+         */
+        QuotaExceededProblem: {
+            /** @description a URI naming the code */
+            type: string;
+            title: string;
+            status: number;
+            /** @description what happened and what to do next, for a person */
+            detail: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            code: "QUOTA_EXCEEDED";
+            /** @description the request's path */
+            instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
+            /**
+             * @description which of the tenant's quotas
+             * @enum {string}
+             */
+            quota: "sessions" | "bytes";
+            /** @description the quota: live sessions, or bytes of logs */
+            limit: number;
+            /** @description what the tenant holds now, in the quota's unit */
+            used: number;
+        };
+        /**
+         * RateLimitedProblem
+         * @description RATE_LIMITED: Rate limited
+         */
+        RateLimitedProblem: {
+            /** @description a URI naming the code */
+            type: string;
+            title: string;
+            status: number;
+            /** @description what happened and what to do next, for a person */
+            detail: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            code: "RATE_LIMITED";
+            /** @description the request's path */
+            instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
+            /** @description milliseconds until the key may ask again */
+            retryAfterMs: number;
         };
         /**
          * ReadEvents503Problem
@@ -1766,6 +1834,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["InvalidRequestProblem"];
                 };
             };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
+                };
+            };
             /** @description HEADERS_TOO_LARGE: Request headers too large */
             431: {
                 headers: {
@@ -1896,6 +1973,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["CreateSession422Problem"];
                 };
             };
+            /** @description QUOTA_EXCEEDED: Quota exceeded; RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["CreateSession429Problem"];
+                };
+            };
             /** @description HEADERS_TOO_LARGE: Request headers too large */
             431: {
                 headers: {
@@ -2000,6 +2086,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["InvalidRequestProblem"];
                 };
             };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
+                };
+            };
             /** @description HEADERS_TOO_LARGE: Request headers too large */
             431: {
                 headers: {
@@ -2100,6 +2195,15 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
                 };
             };
             /** @description HEADERS_TOO_LARGE: Request headers too large */
@@ -2211,6 +2315,15 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
                 };
             };
             /** @description HEADERS_TOO_LARGE: Request headers too large */
@@ -2353,6 +2466,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["AppendEvents422Problem"];
                 };
             };
+            /** @description QUOTA_EXCEEDED: Quota exceeded; RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["AppendEvents429Problem"];
+                };
+            };
             /** @description HEADERS_TOO_LARGE: Request headers too large */
             431: {
                 headers: {
@@ -2476,6 +2598,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["InvalidRequestProblem"];
                 };
             };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
+                };
+            };
             /** @description HEADERS_TOO_LARGE: Request headers too large */
             431: {
                 headers: {
@@ -2583,6 +2714,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ReadHistory422Problem"];
                 };
             };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
+                };
+            };
             /** @description HEADERS_TOO_LARGE: Request headers too large */
             431: {
                 headers: {
@@ -2685,6 +2825,15 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
                 };
             };
             /** @description HEADERS_TOO_LARGE: Request headers too large */
@@ -2820,6 +2969,15 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": components["schemas"]["SnapshotSession422Problem"];
+                };
+            };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
                 };
             };
             /** @description HEADERS_TOO_LARGE: Request headers too large */
@@ -2962,6 +3120,15 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": components["schemas"]["ForkSession422Problem"];
+                };
+            };
+            /** @description QUOTA_EXCEEDED: Quota exceeded; RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForkSession429Problem"];
                 };
             };
             /** @description HEADERS_TOO_LARGE: Request headers too large */
@@ -3175,6 +3342,15 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": components["schemas"]["RequestTimeoutProblem"];
+                };
+            };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
                 };
             };
             /** @description HEADERS_TOO_LARGE: Request headers too large */

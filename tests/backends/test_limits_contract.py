@@ -1,0 +1,85 @@
+"""Spec 14's limits on every backend (``[file]``, ``[memory]``, ``[postgres]``), through the service as the HTTP
+API calls it: quotas exact under concurrency, a delete freeing at once, and retention deleting an idle session by
+itself, its child keeping its log."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+import pytest
+
+from app.backends.base import Backend
+from app.backends.files import FileBackend
+from app.backends.memory import MemoryBackend
+from app.backends.postgres import PostgresBackend
+from app.domain.errors import ErrorCode, SessionError
+from app.domain.limits import TenantLimits
+from app.domain.session import DEFAULT_TENANT, SessionKey
+from app.service.sessions import SessionService, wall_clock_ms
+from tests.backends.conftest import BackendFactory
+from tests.backends.test_contract import turn
+
+pytestmark = pytest.mark.anyio
+
+
+def unopened(factory: BackendFactory) -> Backend:
+    if factory.kind == "file":
+        return FileBackend(factory.place, clock=wall_clock_ms, sync=False)
+    if factory.kind == "postgres":
+        assert factory.database_url is not None
+        return PostgresBackend(factory.database_url, clock=wall_clock_ms)
+    return MemoryBackend(clock=wall_clock_ms)
+
+
+@asynccontextmanager
+async def service_of(factory: BackendFactory, limits: Mapping[str, TenantLimits]) -> AsyncIterator[SessionService]:
+    service = SessionService(unopened(factory), tenant_limits=lambda: limits)
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.stop()
+
+
+def key(session_id: str) -> SessionKey:
+    return SessionKey(DEFAULT_TENANT, session_id)
+
+
+async def test_concurrent_creates_and_forks_take_exactly_the_free_slots(make_backend: BackendFactory) -> None:
+    async with service_of(make_backend, {DEFAULT_TENANT: TenantLimits(max_sessions=5)}) as service:
+        await service.create(DEFAULT_TENANT, "source", turn(1), None)
+        creates = [service.create(DEFAULT_TENANT, f"c{n}", None, None) for n in range(10)]
+        forks = [service.fork(key("source"), child_id=f"f{n}") for n in range(10)]
+        outcomes = await asyncio.gather(*creates, *forks, return_exceptions=True)
+
+        refused = [outcome for outcome in outcomes if isinstance(outcome, SessionError)]
+        assert len(outcomes) - len(refused) == 4
+        assert {error.code for error in refused} == {ErrorCode.QUOTA_EXCEEDED}
+        assert {(error.facts["quota"], error.facts["limit"], error.facts["used"]) for error in refused} == {
+            ("sessions", 5, 5)
+        }
+        sessions, _ = await service.page(DEFAULT_TENANT, parent=None, after=None, limit=100)
+        assert len(sessions) == 5
+
+        await service.delete(key("source"))
+        await service.create(DEFAULT_TENANT, "again", None, None)  # the delete freed its slot at once
+
+
+async def test_an_idle_session_expires_and_its_child_keeps_its_log(make_backend: BackendFactory) -> None:
+    async with service_of(make_backend, {DEFAULT_TENANT: TenantLimits(retention_ms=1500)}) as service:
+        await service.create(DEFAULT_TENANT, "parent", turn(1), None)
+        await service.fork(key("parent"), child_id="child")
+        started = time.monotonic()
+        while True:
+            await service.append(key("child"), [{"type": "forklog-test/note", "data": {"text": "alive"}}])
+            sessions, _ = await service.page(DEFAULT_TENANT, parent=None, after=None, limit=100)
+            if [session.id for session in sessions] == ["child"] and await service.backend.find(key("parent")) is None:
+                break
+            assert time.monotonic() - started < 1.5 + 10, "the parent was not deleted within 10 s of expiring"
+            await asyncio.sleep(0.2)
+        assert service.sessions_expired_total == 1
+        lines, count = await service.read(key("child"), 0, 1000)
+        assert count > len(turn(1)) and lines.count(b"\n") == count

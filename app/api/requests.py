@@ -24,6 +24,7 @@ __all__ = [
     "APPEND",
     "CREATE",
     "FORK",
+    "FORK_BOUNDARIES",
     "HISTORY_QUERY",
     "LIST_QUERY",
     "MAX_APPEND_EVENTS",
@@ -296,14 +297,35 @@ SNAPSHOT = BodyShape(
 )
 FORK = BodyShape(
     "ForkRequest",
-    "POST /sessions/{id}/fork (the body may be empty)",
+    "POST /sessions/{id}/fork (the body may be empty); at most one of atSeq, atTurn and atMessageId",
     (
         _INSTANCE,
         _AT_SEQ,
         _EXPECTED_SEQ,
         Member("sessionId", Kind.ID, "the child's id (omitted: the server picks session-<uuid4>)"),
+        Member(
+            "atTurn",
+            Kind.INTEGER,
+            "the seed ends at the turn/end whose data.turn is this number (0: the empty seed)",
+            minimum=0,
+        ),
+        Member(
+            "atMessageId",
+            Kind.STRING,
+            "the id of an assistant/message's message: the seed ends at the turn/end of its turn (inclusive)",
+        ),
+        Member(
+            "events",
+            Kind.EVENTS,
+            "events appended to the child after its seed in the same atomic step, checked as an append",
+            minimum=1,
+            maximum=MAX_APPEND_EVENTS,
+        ),
     ),
+    element_member="events",
 )
+# A fork names its boundary one way at most.
+FORK_BOUNDARIES = ("atSeq", "atTurn", "atMessageId")
 
 LIST_QUERY = QueryShape(
     (

@@ -372,6 +372,17 @@ _SESSION_FIELDS.update(
     openTurn=(TurnNumber | None, Field(..., description="the open turn's number, or null")),
     lastTurnEndSeq=(Count | None, Field(..., description="the seq of the last turn/end, or null")),
     forkable=(bool, Field(..., description="whether a fork without atSeq would pass the boundary rule now")),
+    updatedAt=(int, Field(..., description="the later of createdAt and the time of the last event (epoch ms)")),
+    title=(str | None, Field(..., description="data.title of the last session/title event, or null")),
+    preview=(
+        str | None,
+        Field(
+            ...,
+            description="the first user/message's text (its text blocks joined by a space, whitespace runs made one "
+            "space, trimmed, at most 200 characters), or null",
+        ),
+    ),
+    bytes=(Count, Field(..., description="the length in bytes of the session's log as export writes it")),
 )
 SessionOut: type[BaseModel] = create_model("SessionOut", __doc__="The Session resource.", **_SESSION_FIELDS)
 

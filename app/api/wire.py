@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from app.api.problems import invalid_request
+from app.backends.files.codec import encode_header
 from app.domain.session import HEADER_FIELDS, Session
 from app.service.idempotency import Answer
 from app.service.sessions import Appended
@@ -36,6 +37,10 @@ SESSION_MEMBERS: tuple[str, ...] = (
     "openTurn",
     "lastTurnEndSeq",
     "forkable",
+    "updatedAt",
+    "title",
+    "preview",
+    "bytes",
 )
 
 
@@ -50,6 +55,10 @@ def session_json(session: Session) -> dict[str, Any]:
     resource["openTurn"] = head.open_turn
     resource["lastTurnEndSeq"] = head.last_turn_end_seq
     resource["forkable"] = head.forkable
+    resource["updatedAt"] = session.updated_at
+    resource["title"] = head.title
+    resource["preview"] = head.preview
+    resource["bytes"] = len(encode_header(header)) + head.body_bytes
     return resource
 
 

@@ -51,6 +51,12 @@ class SeedPrefix:
     source: SessionKey
     instance: str
     count: int
+    # Events to append after the seed in the same atomic step (spec 12, a fork's ``events``): the backend checks
+    # them as an append to the seed (``stage`` with ``appended=True`` at ``now``; an
+    # :class:`~app.domain.errors.EventRejected` makes nothing) and stores the child with them or not at all.
+    then: Sequence[Any] = ()
+    now: int = 0
+    breaks: Mapping[int, str] | None = None
 
 
 Seed = SeedLog | SeedPrefix

@@ -21,13 +21,18 @@ CHUNK_BYTES = 4 * 1024 * 1024
 
 
 def live_prefix(catalog: Catalog, seed: Seed) -> SessionLog:
-    """The events a new session starts with: the seed's, or the source's first ``count`` (shared, not copied)."""
+    """The events a new session starts with: the seed's, or the source's first ``count`` (shared, not copied) and
+    the fork's own events after them."""
     if isinstance(seed, SeedLog):
         return seed.log
     source = catalog.get(seed.source)
     if source is None or source.header.instance != seed.instance:
         raise StaleHead(f'session "{seed.source.id}" is no longer the incarnation the fork was checked against')
-    return source.log.prefix(seed.count)
+    log = source.log.prefix(seed.count)
+    if seed.then:  # checked as an append to the seed (EventRejected makes nothing); the log is not live yet
+        breaks = dict(seed.breaks) if seed.breaks else None
+        log.commit(log.stage(seed.then, appended=True, now=seed.now, breaks=breaks))
+    return log
 
 
 async def log_chunks(log: SessionLog) -> AsyncIterator[bytes]:

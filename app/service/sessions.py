@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -22,9 +22,10 @@ from app.backends.errors import AlreadyRemembered, SessionCorrupt, StaleHead, St
 from app.domain.boundary import fork_lineage, seed_length
 from app.domain.errors import ErrorCode, EventRejected, InvalidValue, SessionError, SessionForkError
 from app.domain.ids import check_id, new_instance, new_session_id
-from app.domain.log import StagedEvents, chain, seed_log, stage
+from app.domain.log import StagedEvents, chain, replace_targets, seed_log, stage
 from app.domain.session import Session, SessionKey, check_live, check_meta, head_of, lineage_attrs
 from app.service.appends import AppendQueue, WaitingAppend
+from app.service.boundaries import message_turn_end, turn_end_of
 from app.service.changes import ChangeFeed
 from app.service.errors import NotReady
 from app.service.idempotency import Answer, Claim, IdempotencyGate, IdempotentRequest
@@ -105,17 +106,6 @@ class Lineage:
     ancestors: list[Session]
     children: list[Session]
     missing_ancestor: str | None
-
-
-def _replace_targets(batches: Iterable[Sequence[Any]]) -> set[int]:
-    """Seqs a ``tool/result`` replace may compare with: the ``start`` of every replace surfaceOp in the batches."""
-    wanted: set[int] = set()
-    for events in batches:
-        for event in events:
-            op = event.get("surfaceOp") if isinstance(event, dict) else None
-            if isinstance(op, dict) and isinstance(op.get("start"), int):
-                wanted.add(op["start"])
-    return wanted
 
 
 class SessionService:
@@ -392,7 +382,7 @@ class SessionService:
         )
 
     async def _append_batch(self, key: SessionKey, batch: list[WaitingAppend[Appended]]) -> None:
-        wanted = _replace_targets(waiting.events for waiting in batch)
+        wanted = replace_targets(*(waiting.events for waiting in batch))
         refresh = False
         current = 0
         for _ in range(STALE_RETRIES):
@@ -505,15 +495,24 @@ class SessionService:
         *,
         child_id: str | None = None,
         at_seq: int | None = None,
+        at_turn: int | None = None,
+        at_message_id: str | None = None,
+        events: Sequence[Any] | None = None,
+        breaks: dict[int, str] | None = None,
         instance: str | None = None,
         expected_seq: int | None = None,
         remember: Remember | None = None,
     ) -> Session:
+        """A child from the source's log at a boundary (``at_seq``, ``at_turn`` or ``at_message_id``: at most one),
+        with ``events`` appended after its seed in the same atomic step (spec 12)."""
         self._require_ready()
         if child_id is not None:
             check_id(child_id, "sessionId")
         child = SessionKey(key.tenant, child_id if child_id is not None else self._new_id())
-        made = await self._locks.run(child, lambda: self._fork(key, child, at_seq, instance, expected_seq, remember))
+        boundary = _Boundary(at_seq, at_turn, at_message_id)
+        made = await self._locks.run(
+            child, lambda: self._fork(key, child, boundary, events or (), breaks, instance, expected_seq, remember)
+        )
         self.changes.changed(child)
         return made
 
@@ -521,7 +520,9 @@ class SessionService:
         self,
         key: SessionKey,
         child: SessionKey,
-        at_seq: int | None,
+        boundary: _Boundary,
+        events: Sequence[Any],
+        breaks: dict[int, str] | None,
         instance: str | None,
         expected_seq: int | None,
         remember: Remember | None,
@@ -532,13 +533,23 @@ class SessionService:
             )
         source = await self._live(key, SessionForkError)
         check_live(source, instance, expected_seq, error=SessionForkError)
-        count = await self._seed_length(source, at_seq)
+        if boundary.turn == 0:
+            count = 0
+        else:
+            at_seq = boundary.seq
+            if boundary.turn is not None:
+                at_seq = await turn_end_of(self.backend, source, boundary.turn)
+            elif boundary.message_id is not None:
+                at_seq = await message_turn_end(self.backend, source, boundary.message_id)
+            count = await self._seed_length(source, at_seq)
         lineage = lineage_attrs(fork_lineage(source, count))
-        seed = SeedPrefix(key, source.header.instance, count)
+        seed = SeedPrefix(key, source.header.instance, count, then=events, now=self._clock(), breaks=breaks)
         try:
             return await self.backend.create(child, self._new_instance(), lineage, seed, remember)
         except StaleHead:
             raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found') from None
+        except EventRejected as rejected:
+            raise _invalid_event(rejected) from None
 
     # -- delete ----------------------------------------------------------------------------------------------------
 
@@ -551,6 +562,15 @@ class SessionService:
 
         await self._locks.run(key, work)
         self.changes.changed(key)
+
+
+@dataclass(frozen=True, slots=True)
+class _Boundary:
+    """Where a fork's seed ends, as the request named it (at most one of them)."""
+
+    seq: int | None
+    turn: int | None
+    message_id: str | None
 
 
 def _after(session: Session, staged: StagedEvents) -> Session:

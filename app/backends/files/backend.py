@@ -50,12 +50,13 @@ HEADER_PROBE_BYTES = 64 * 1024
 @dataclass(frozen=True, slots=True)
 class _BodyCopy:
     """Where a fork's lines are copied from: the first ``size`` bytes after the header of ``path``, if its header
-    still names the incarnation ``instance`` of ``source_id``."""
+    still names the incarnation ``instance`` of ``source_id``; the fork's own events (``then``) follow them."""
 
     path: Path
     source_id: str
     instance: str
     size: int
+    then: bytes = b""
 
 
 # How often the checkpoint journal is brought up to date while the service runs.
@@ -239,7 +240,9 @@ class FileBackend:
         if isinstance(seed, SeedPrefix) and seed.count:
             source = self.catalog.get(seed.source)
             if source is not None and source.checkpointed >= 0:  # its file holds the log's bytes: copy them there
-                copy_from = _BodyCopy(self.datadir.log_path(seed.source), seed.source.id, seed.instance, log.byte_size)
+                size = log.offset(seed.count)
+                path = self.datadir.log_path(seed.source)
+                copy_from = _BodyCopy(path, seed.source.id, seed.instance, size, log.lines(seed.count))
         header = self.catalog.new_header(key, instance, lineage)
         records = [remember(Session(key, header, head_of(log.state)))] if remember is not None else []
         self.remembered.check_free(records)
@@ -380,6 +383,8 @@ class FileBackend:
                     return False  # the source's file is shorter than its log: write the lines from memory
                 offset += copied
                 remaining -= copied
+            if copy.then:  # the fork's own events: the child's file is whole before it is linked in place
+                ops.write_all(target, copy.then)
         except OSError:
             return False
         finally:

@@ -45,8 +45,9 @@ from app.backends.postgres.tips import CachedTip, StoredTip, TipCache
 from app.domain.events import LogState
 from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.ids import new_instance
-from app.domain.log import SessionLog, StagedEvents
+from app.domain.log import SessionLog, StagedEvents, replace_targets, stage
 from app.domain.session import HEADER_FIELDS, Session, SessionHeader, SessionKey, head_of
+from app.domain.summary import TITLE_TYPE, title_of
 
 __all__ = ["PostgresBackend"]
 
@@ -466,6 +467,7 @@ class PostgresBackend:
                         raise ValueError("a fork's seed is longer than its source")
                     parent: int | None = None
                     state = LogState()
+                    chain: Chain | None = None
                     if count > 0:
                         chain = await self._chains.get(conn, source["log"])
                         # The child reads its seed from the log that stores the seed's last event (and its parents):
@@ -474,7 +476,15 @@ class PostgresBackend:
                         turn_end = await conn.fetchrow(queries.TURN_END, parent, count - 1)
                         if turn_end is None:
                             raise ValueError("a fork's seed must end at a turn/end")
-                        state = fork_state(count, turn_end["time"], decode_checkpoint(turn_end["checkpoint"]))
+                        point, body_bytes = decode_checkpoint(turn_end["checkpoint"])
+                        whole = decode_state(source["state"], source["count"], [])
+                        state = fork_state(count, turn_end["time"], point, body_bytes, whole)
+                        if whole.title_seq is not None and whole.title_seq >= count:
+                            state.title, state.title_seq = await self._last_title(conn, chain, count)
+                    rows = empty
+                    if seed.then:
+                        staged = await self._stage_after_seed(conn, chain, state, seed)
+                        rows, state = Rows.of_staged(staged).params(), staged.state
                     made = await conn.fetchrow(
                         queries.CREATE_SESSION,
                         key.tenant,
@@ -483,11 +493,11 @@ class PostgresBackend:
                         self._clock(),
                         *_lineage_params(lineage),
                         log_id,
-                        count,
+                        state.count,
                         encode_state(state),
                         parent,
                         count if parent is not None else 0,
-                        *empty,
+                        *rows,
                     )
                     if made is None:
                         raise AlreadyExists(key.id)
@@ -501,6 +511,26 @@ class PostgresBackend:
             raise
         self._changed(key, made["change_seq"])
         return session
+
+    async def _last_title(self, conn: Connection, chain: Chain, stop: int) -> tuple[str | None, int | None]:
+        """The title of the last session/title event before ``stop``, and its seq."""
+        for row in await conn.fetch(queries.TITLE_CANDIDATES, *chain.arrays(0, stop)):
+            event = orjson.loads(row["line"])
+            if event.get("type") == TITLE_TYPE:
+                return title_of(event.get("data")), row["seq"]
+        return None, None
+
+    async def _stage_after_seed(
+        self, conn: Connection, chain: Chain | None, state: LogState, seed: SeedPrefix
+    ) -> StagedEvents:
+        """A fork's ``events`` checked as an append to its seed (whose state is ``state``, nodes not included)."""
+        events: dict[int, Any] = {}
+        if chain is not None:
+            state.nodes = fold_surface(await self._surface(conn, chain, 0, seed.count))
+            wanted = [seq for seq in replace_targets(seed.then) if 0 <= seq < seed.count]
+            events = await self._events_at(conn, chain, wanted)
+        breaks = dict(seed.breaks) if seed.breaks else None
+        return stage(StoredTip(state, events), seed.then, appended=True, now=seed.now, breaks=breaks)
 
     async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[Remembered] = ()) -> None:
         cached = self._tips.get(key)

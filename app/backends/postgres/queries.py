@@ -23,6 +23,7 @@ __all__ = [
     "SESSION_COLUMNS",
     "SURFACE",
     "TENANTS",
+    "TITLE_CANDIDATES",
     "TURN_END",
     "page_query",
 ]
@@ -84,6 +85,15 @@ FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS p(log, lo, hi)
 JOIN forklog_surface s ON s.log = p.log AND s.seq >= p.lo AND s.seq < p.hi
 ORDER BY s.seq
 """
+# The lines that may be session/title events among a chain's pieces ($1 logs, $2 starts, $3 stops), last first
+# (the caller parses each to confirm: the name may stand in a message's text).
+TITLE_CANDIDATES = """
+SELECT e.seq, convert_to(e.line, 'UTF8') AS line
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS p(log, lo, hi)
+JOIN forklog_events e ON e.log = p.log AND e.seq >= p.lo AND e.seq < p.hi
+WHERE strpos(e.line, '"session/title"') > 0
+ORDER BY e.seq DESC
+"""
 TURN_END = "SELECT time, checkpoint FROM forklog_turn_ends WHERE log = $1 AND seq = $2"
 INCARNATION_LOG = "SELECT id FROM forklog_logs WHERE tenant = $1 AND session_id = $2 AND instance = $3"
 
@@ -127,7 +137,9 @@ INSERT_REMEMBERED = (
 )
 
 # A fork's source must be live (that incarnation) until the fork commits: KEY SHARE keeps a delete out, not appends.
-CLAIM_SOURCE = "SELECT log, count FROM forklog_sessions WHERE tenant = $1 AND id = $2 AND instance = $3 FOR KEY SHARE"
+CLAIM_SOURCE = (
+    "SELECT log, count, state FROM forklog_sessions WHERE tenant = $1 AND id = $2 AND instance = $3 FOR KEY SHARE"
+)
 
 # A new session, one statement: $1 tenant, $2 id, $3 instance, $4 now (or the restored createdAt), $5..$10 the
 # header's optional fields, $11 log, $12 count, $13 state, $14 parent log, $15 parent count, $16..$23 the seed's

@@ -180,13 +180,19 @@ class QueryParameter:
     kind: Kind
     description: str
     default: int | None = None
-    minimum: int | None = None
+    minimum: int | None = None  # for a string: its length
     maximum: int | None = None
+    choices: tuple[str, ...] = ()  # for a string: the values it may take (none: any)
 
     def check(self, raw: str | None) -> Any:
         if self.kind is Kind.ID:
             return None if raw is None else check_id(raw, self.name)
         if self.kind is Kind.STRING:
+            if raw is not None and self.choices and raw not in self.choices:
+                raise invalid_request(self.name, f"must be one of {', '.join(self.choices)}")
+            low, high = self.minimum, self.maximum
+            if raw is not None and low is not None and high is not None and not low <= len(raw) <= high:
+                raise invalid_request(self.name, f"must be {low} to {high} characters long")
             return raw
         value = _query_integer(raw, self.name, default=self.default)
         low, high = self.minimum, self.maximum
@@ -205,8 +211,14 @@ class QueryParameter:
                 schema["default"] = self.default
         elif self.kind is Kind.ID:
             schema = {"type": "string", "pattern": ID_REGEX}
+        elif self.choices:
+            schema = {"type": "string", "enum": list(self.choices)}
         else:
             schema = {"type": "string"}
+            if self.minimum is not None:
+                schema["minLength"] = self.minimum
+            if self.maximum is not None:
+                schema["maxLength"] = self.maximum
         return {"name": self.name, "in": "query", "required": False, "description": self.description, "schema": schema}
 
 
@@ -331,7 +343,32 @@ LIST_QUERY = QueryShape(
     (
         QueryParameter("parent", Kind.ID, "only the children of this session"),
         QueryParameter("limit", Kind.INTEGER, "page size", default=100, minimum=1, maximum=1000),
-        QueryParameter("cursor", Kind.STRING, "the nextCursor of the previous page"),
+        QueryParameter(
+            "cursor", Kind.STRING, "the nextCursor of the previous page (of the same query: order, filters and q)"
+        ),
+        QueryParameter(
+            "order",
+            Kind.STRING,
+            "created (the default; by createdAt, then id) or updated (by updatedAt, then id)",
+            choices=("created", "updated"),
+        ),
+        QueryParameter(
+            "direction",
+            Kind.STRING,
+            "asc or desc; the default is asc by created, desc by updated",
+            choices=("asc", "desc"),
+        ),
+        QueryParameter("cwd", Kind.STRING, "only sessions whose cwd equals it"),
+        QueryParameter("origin", Kind.STRING, "only sessions whose origin equals it"),
+        QueryParameter("agentPreset", Kind.STRING, "only sessions whose agentPreset equals it"),
+        QueryParameter(
+            "q",
+            Kind.STRING,
+            "only sessions that match this search: every word of it a word of the session's title, cwd or user and "
+            "assistant messages' text, the last word also as the start of one (then the order defaults to updated)",
+            minimum=1,
+            maximum=200,
+        ),
     )
 )
 READ_QUERY = QueryShape(

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
 from app.domain.log import LogTip, SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey
 
@@ -143,10 +144,17 @@ class Backend(Protocol):
         """The live session, or None; :class:`~app.backends.errors.SessionCorrupt` for a damaged one."""
 
     async def page(
-        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
+        self,
+        tenant: str,
+        *,
+        parent: str | None,
+        after: OrderKey | None,
+        limit: int,
+        query: ListQuery = DEFAULT_QUERY,
     ) -> list[Session]:
-        """Up to ``limit`` live sessions of ``tenant`` in creation order (createdAt, id), after the key ``after``;
-        with ``parent``, only those whose ``parentSession`` is it."""
+        """Up to ``limit`` live sessions of ``tenant`` in the query's order (by default creation order: createdAt,
+        id), after the key ``after``, those its filters take; with ``parent``, only those whose ``parentSession`` is
+        it."""
 
     async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
         """The stored JSONL lines of events ``start`` .. ``stop - 1`` (fewer if the log is shorter)."""

@@ -12,6 +12,7 @@ from typing import Any
 from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed, SeedLog, Tip
 from app.backends.catalog import Catalog, LiveSession
 from app.backends.errors import AlreadyExists, AlreadyRemembered, StaleHead
+from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey
 
@@ -94,9 +95,16 @@ class MemoryBackend:
         return live.view() if live is not None else None
 
     async def page(
-        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
+        self,
+        tenant: str,
+        *,
+        parent: str | None,
+        after: OrderKey | None,
+        limit: int,
+        query: ListQuery = DEFAULT_QUERY,
     ) -> list[Session]:
-        return [live.view() for live in self.catalog.page(tenant, parent=parent, after=after, limit=limit)]
+        found = self.catalog.page(tenant, parent=parent, after=after, limit=limit, query=query)
+        return [live.view() for live in found]
 
     async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
         live = self.catalog.get(key)
@@ -143,6 +151,7 @@ class MemoryBackend:
             raise StaleHead(f'session "{key.id}" has {len(live.log)} events, not the {staged.base_count} staged on')
         self.remembered.check_free(remember)
         live.log.commit(staged)
+        self.catalog.touch(live)
         self.remembered.add(remember)
 
     async def delete(self, key: SessionKey) -> None:

@@ -22,6 +22,7 @@ from app.backends.errors import AlreadyRemembered, SessionCorrupt, StaleHead, St
 from app.domain.boundary import fork_lineage, seed_length
 from app.domain.errors import ErrorCode, EventRejected, InvalidValue, SessionError, SessionForkError
 from app.domain.ids import check_id, new_instance, new_session_id
+from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
 from app.domain.log import StagedEvents, chain, replace_targets, seed_log, stage
 from app.domain.session import Session, SessionKey, check_live, check_meta, head_of, lineage_attrs
 from app.service.appends import AppendQueue, WaitingAppend
@@ -192,16 +193,21 @@ class SessionService:
         return await self._live(key)
 
     async def page(
-        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
-    ) -> tuple[list[Session], tuple[int, str] | None]:
-        """Up to ``limit`` sessions in creation order after ``after``, and the key to continue from (None at the
+        self,
+        tenant: str,
+        *,
+        parent: str | None,
+        after: OrderKey | None,
+        limit: int,
+        query: ListQuery = DEFAULT_QUERY,
+    ) -> tuple[list[Session], OrderKey | None]:
+        """Up to ``limit`` sessions in the query's order after ``after``, and the key to continue from (None at the
         end)."""
         self._require_ready()
-        sessions = await self.backend.page(tenant, parent=parent, after=after, limit=limit + 1)
+        sessions = await self.backend.page(tenant, parent=parent, after=after, limit=limit + 1, query=query)
         if len(sessions) <= limit:
             return sessions, None
-        last = sessions[limit - 1].header
-        return sessions[:limit], (last.created_at, last.id)
+        return sessions[:limit], query.key_of(sessions[limit - 1])
 
     async def read(self, key: SessionKey, start: int, limit: int, *, wait_ms: int = 0) -> tuple[bytes, int]:
         """The JSONL lines of up to ``limit`` events from ``start``, and the log's length. With ``wait_ms``, when the

@@ -4,6 +4,7 @@ atomic step as its seed."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -13,7 +14,10 @@ from app.backends.files import FileBackend
 from app.backends.files.codec import encode_header
 from app.domain.errors import EventRejected
 from app.domain.ids import new_instance
+from app.domain.listing import ListQuery, OrderKey
+from app.domain.log import stage
 from app.domain.session import LogHead, Session
+from app.service.sessions import wall_clock_ms
 from tests.backends.conftest import BackendFactory
 from tests.backends.test_contract import NOW, append, create, everything, fork, key, turn
 from tests.events import turn_end, turn_start, user_message
@@ -189,3 +193,77 @@ async def test_a_reopened_store_holds_a_fork_with_events(make_backend: BackendFa
     before = await everything(backend, "kid"), (await found(backend, "kid")).head
     backend = await make_backend.reopen(backend)
     assert (await everything(backend, "kid"), (await found(backend, "kid")).head) == before
+
+
+# -- lists by last activity, filtered ------------------------------------------------------------------------------
+
+
+async def ids(backend: Backend, query: ListQuery, after: OrderKey | None = None, limit: int = 100) -> list[str]:
+    return [s.id for s in await backend.page("default", parent=None, after=after, limit=limit, query=query)]
+
+
+BY_UPDATE = ListQuery(order="updated", descending=True)
+
+
+async def test_a_list_by_last_activity_follows_the_appends(backend: Backend) -> None:
+    for name in ("a", "b", "c"):
+        await create(backend, name)
+    assert await ids(backend, BY_UPDATE) == ["c", "b", "a"]
+    assert await ids(backend, ListQuery(order="updated")) == ["a", "b", "c"]
+
+    stale = await append_now(backend, "a", [note_event()])
+    assert stale  # "a" was appended to last: it comes first now
+    assert await ids(backend, BY_UPDATE) == ["a", "c", "b"]
+    await backend.delete(key("c"))
+    assert await ids(backend, BY_UPDATE) == ["a", "b"]
+
+
+async def test_pages_by_last_activity_continue_after_a_key_in_either_direction(backend: Backend) -> None:
+    for name in ("a", "b", "c", "d"):
+        await create(backend, name)
+    sessions = {name: await found(backend, name) for name in ("a", "b", "c", "d")}
+    assert await ids(backend, BY_UPDATE, BY_UPDATE.key_of(sessions["c"])) == ["b", "a"]
+    assert await ids(backend, ListQuery(order="updated"), (sessions["b"].updated_at, "b"), limit=1) == ["c"]
+    newest_first = ListQuery(descending=True)
+    assert await ids(backend, newest_first) == ["d", "c", "b", "a"]
+    assert await ids(backend, newest_first, newest_first.key_of(sessions["c"])) == ["b", "a"]
+
+
+async def test_a_list_keeps_only_the_sessions_its_filters_name(backend: Backend) -> None:
+    await create(backend, "plain")
+    await create(backend, "here", cwd="/here")
+    await create(backend, "sub", cwd="/here", origin="subagent", agent_preset="coder")
+    await create(backend, "coder", agent_preset="coder")
+    assert await ids(backend, ListQuery(cwd="/here")) == ["here", "sub"]
+    assert await ids(backend, ListQuery(origin="subagent", order="updated")) == ["sub"]
+    assert await ids(backend, ListQuery(agent_preset="coder", descending=True)) == ["coder", "sub"]
+    assert await ids(backend, ListQuery(cwd="/here", agent_preset="coder")) == ["sub"]
+    assert await ids(backend, ListQuery(cwd="/nowhere")) == []
+
+
+async def test_a_reopened_store_lists_by_last_activity(make_backend: BackendFactory) -> None:
+    if not make_backend.durable:
+        pytest.skip(f"the {make_backend.kind} backend keeps nothing across a reopen, by design")
+    backend = await make_backend.open()
+    for name in ("a", "b", "c"):
+        await create(backend, name, turn(1))
+    await append_now(backend, "a", turn(2))
+    before = await ids(backend, BY_UPDATE)
+    backend = await make_backend.reopen(backend)
+    assert await ids(backend, BY_UPDATE) == before == ["a", "c", "b"]
+    await append_now(backend, "b", turn(2))
+    assert await ids(backend, BY_UPDATE) == ["b", "a", "c"]
+
+
+def note_event() -> dict[str, Any]:
+    return {"type": "forklog-test/note", "data": {"text": "later"}}
+
+
+async def append_now(backend: Backend, session_id: str, events: list[Any]) -> bytes:
+    """An append at the present time (the suite's ``append`` stamps events with a time long past)."""
+    await asyncio.sleep(0.02)  # later than every createdAt given so far (creates in one millisecond run ahead)
+    tip = await backend.tip(key(session_id))
+    assert tip is not None
+    batch = stage(tip.log, events, appended=True, now=wall_clock_ms())
+    await backend.append(key(session_id), batch)
+    return batch.lines

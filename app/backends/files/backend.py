@@ -33,6 +33,7 @@ from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, pa
 from app.backends.files.remembered import RememberedJournal, lines_digest
 from app.backends.files.writer import OPEN_FILES, AppendWriter
 from app.backends.memory import live_prefix, log_chunks
+from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey, head_of
 
@@ -202,9 +203,16 @@ class FileBackend:
         return live.view() if live is not None else None
 
     async def page(
-        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
+        self,
+        tenant: str,
+        *,
+        parent: str | None,
+        after: OrderKey | None,
+        limit: int,
+        query: ListQuery = DEFAULT_QUERY,
     ) -> list[Session]:
-        return [live.view() for live in self.catalog.page(tenant, parent=parent, after=after, limit=limit)]
+        found = self.catalog.page(tenant, parent=parent, after=after, limit=limit, query=query)
+        return [live.view() for live in found]
 
     async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
         live = self.catalog.get(key)
@@ -404,6 +412,7 @@ class FileBackend:
         log_path, cut_record = self._append_paths(key)
         await self._writer.append(log_path, staged.lines, instance=live.header.instance, cut_record=cut_record)
         live.log.commit(staged)
+        self.catalog.touch(live)
         self.remembered.keep(placed)
         if self._checkpointer is not None:
             self._checkpointer.touch(live)

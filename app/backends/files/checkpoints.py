@@ -453,3 +453,13 @@ class ColdLog(bytes):
     def head(self) -> LogHead:
         description, _, ends, _, _ = self._description()
         return _head(description, ends)
+
+    def last_time(self) -> int | None:
+        """The first column of the description, read without parsing the rest (a start asks it of every session)."""
+        description = self._description()[0]
+        text = bytes(description[1:24])
+        comma = text.find(b",")
+        try:
+            return None if text[:comma] == b"null" else int(text[:comma])
+        except ValueError:
+            return self.head().last_time

@@ -45,6 +45,7 @@ from app.backends.postgres.tips import CachedTip, StoredTip, TipCache
 from app.domain.events import LogState
 from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.ids import new_instance
+from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
 from app.domain.log import SessionLog, StagedEvents, replace_targets, stage
 from app.domain.session import HEADER_FIELDS, Session, SessionHeader, SessionKey, head_of
 from app.domain.summary import TITLE_TYPE, title_of
@@ -255,14 +256,15 @@ class PostgresBackend:
         return _session_of(key, row) if row is not None else None
 
     async def page(
-        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
+        self,
+        tenant: str,
+        *,
+        parent: str | None,
+        after: OrderKey | None,
+        limit: int,
+        query: ListQuery = DEFAULT_QUERY,
     ) -> list[Session]:
-        params: list[Any] = [tenant, limit]
-        if parent is not None:
-            params.append(parent)
-        if after is not None:
-            params.extend(after)
-        statement = queries.page_query(parent=parent is not None, after=after is not None)
+        statement, params = queries.page_query(tenant, limit, parent=parent, after=after, query=query)
         async with self._connection() as conn:
             rows = await conn.fetch(statement, *params)
         return [_session_of(SessionKey(tenant, row["id"]), row) for row in rows]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from app.domain.listing import CREATED, ListQuery, OrderKey
+
 __all__ = [
     "APPEND",
     "APPEND_REMEMBERING",
@@ -35,20 +39,33 @@ SESSION_COLUMNS = (
 FIND = f"SELECT {SESSION_COLUMNS} FROM forklog_sessions WHERE tenant = $1 AND id = $2"
 
 
-def page_query(*, parent: bool, after: bool) -> str:
-    """A page of a tenant's sessions in creation order: $1 tenant, $2 limit, then the parent, then the (createdAt, id)
-    to start after."""
+def page_query(
+    tenant: str, limit: int, *, parent: str | None, after: OrderKey | None, query: ListQuery
+) -> tuple[str, list[Any]]:
+    """A page of a tenant's sessions in the query's order (by (created_at, id) or (updated_at, id), each served by
+    an index on (tenant, that column, id)) after the key ``after``, with its filters; and its parameters."""
+    params: list[Any] = [tenant, limit]
     conditions = ["tenant = $1"]
-    next_param = 3
-    if parent:
-        conditions.append(f"parent_session = ${next_param}")
-        next_param += 1
-    if after:
-        conditions.append(f"(created_at, id) > (${next_param}, ${next_param + 1})")
-    return (
+    for column, value in (
+        ("parent_session", parent),
+        ("cwd", query.cwd),
+        ("origin", query.origin),
+        ("agent_preset", query.agent_preset),
+    ):
+        if value is not None:
+            params.append(value)
+            conditions.append(f"{column} = ${len(params)}")
+    column = "created_at" if query.order == CREATED else "updated_at"
+    if after is not None:
+        params.extend(after)
+        comparison = "<" if query.descending else ">"
+        conditions.append(f"({column}, id) {comparison} (${len(params) - 1}, ${len(params)})")
+    direction = " DESC" if query.descending else ""
+    statement = (
         f"SELECT id, {SESSION_COLUMNS} FROM forklog_sessions WHERE {' AND '.join(conditions)} "
-        "ORDER BY created_at, id LIMIT $2"
+        f"ORDER BY {column}{direction}, id{direction} LIMIT $2"
     )
+    return statement, params
 
 
 COUNT_SESSIONS = "SELECT count(*) FROM forklog_sessions"
@@ -101,7 +118,8 @@ INCARNATION_LOG = "SELECT id FROM forklog_logs WHERE tenant = $1 AND session_id 
 # go in only if it moved. (No NOTIFY in it: notifications serialize commits, so they are sent after, in batches.)
 _APPEND_HEAD = """
 WITH head AS (
-    UPDATE forklog_sessions SET count = $4, state = $5, change_seq = nextval('forklog_changes')
+    UPDATE forklog_sessions SET count = $4, state = $5, change_seq = nextval('forklog_changes'),
+        updated_at = GREATEST(updated_at, ($5::text::jsonb ->> 0)::bigint)
     WHERE tenant = $1 AND id = $2 AND log = $3 AND count = $6
     RETURNING log, change_seq
 ), events AS (
@@ -149,8 +167,9 @@ CLAIM_SOURCE = (
 _NEW_SESSION = """
 , session AS (
     INSERT INTO forklog_sessions (tenant, id, instance, created_at, cwd, parent_session, seed_length, origin,
-                                  delegation_depth, agent_preset, log, count, state, change_seq)
-    SELECT $1, $2, $3, clock.created_at, $5, $6, $7, $8, $9, $10, $11, $12, $13, nextval('forklog_changes')
+                                  delegation_depth, agent_preset, log, count, state, change_seq, updated_at)
+    SELECT $1, $2, $3, clock.created_at, $5, $6, $7, $8, $9, $10, $11, $12, $13, nextval('forklog_changes'),
+           GREATEST(clock.created_at, COALESCE(($13::text::jsonb ->> 0)::bigint, clock.created_at))
     FROM clock
     ON CONFLICT (tenant, id) DO NOTHING
     RETURNING created_at, change_seq

@@ -49,7 +49,10 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     settings = settings or Settings()
     check_exposure(settings)
     keys = KeysFile(settings.keys_file) if settings.keys_file is not None else None
-    service = SessionService(backend if backend is not None else open_backend(settings))
+    store = backend if backend is not None else open_backend(settings)
+    # The search index lives beside the files (per data directory); other stores rebuild it in memory at a start.
+    search_index = store.data_dir / "search" / "search.sqlite3" if isinstance(store, FileBackend) else None
+    service = SessionService(store, search_index=search_index)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -10,6 +10,7 @@ import orjson
 
 from app.api.problems import invalid_request
 from app.backends.files.codec import encode_header
+from app.domain.search import Match
 from app.domain.session import HEADER_FIELDS, Session
 from app.service.idempotency import Answer
 from app.service.sessions import Appended
@@ -22,6 +23,7 @@ __all__ = [
     "encode_cursor",
     "json_array",
     "json_array_pieces",
+    "match_json",
     "session_json",
     "session_payload",
 ]
@@ -60,6 +62,11 @@ def session_json(session: Session) -> dict[str, Any]:
     resource["preview"] = head.preview
     resource["bytes"] = len(encode_header(header)) + head.body_bytes
     return resource
+
+
+def match_json(match: Match) -> dict[str, Any]:
+    """Where a search matched a session: ``{seq, snippet}``."""
+    return {"seq": match.seq, "snippet": match.snippet}
 
 
 def session_payload(session: Session) -> bytes:

@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from app.backends.base import Backend, Readiness, Remember, Remembered, SeedLog, SeedPrefix, Tip
@@ -24,6 +25,7 @@ from app.domain.errors import ErrorCode, EventRejected, InvalidValue, SessionErr
 from app.domain.ids import check_id, new_instance, new_session_id
 from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
 from app.domain.log import StagedEvents, chain, replace_targets, seed_log, stage
+from app.domain.search import Match
 from app.domain.session import Session, SessionKey, check_live, check_meta, head_of, lineage_attrs
 from app.service.appends import AppendQueue, WaitingAppend
 from app.service.boundaries import message_turn_end, turn_end_of
@@ -31,6 +33,7 @@ from app.service.changes import ChangeFeed
 from app.service.errors import NotReady
 from app.service.idempotency import Answer, Claim, IdempotencyGate, IdempotentRequest
 from app.service.locks import KeyedLocks
+from app.service.search import Searcher
 
 __all__ = [
     "Appended",
@@ -117,6 +120,7 @@ class SessionService:
         clock: Callable[[], int] = wall_clock_ms,
         new_id: Callable[[], str] = new_session_id,
         instance: Callable[[], str] = new_instance,
+        search_index: Path | None = None,
     ) -> None:
         self.backend = backend
         self._clock = clock
@@ -127,6 +131,8 @@ class SessionService:
         self._appends: AppendQueue[Appended] = AppendQueue(self._locks, self._append_batch)
         self.changes = ChangeFeed()
         self.idempotency = IdempotencyGate(backend, clock)
+        self.searcher = Searcher(backend, search_index)
+        self.changes.watchers.append(self.searcher.changed)
         backend.listen(self.changes.changed)
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
@@ -140,6 +146,7 @@ class SessionService:
             logger.critical("the store failed to open; the service stays NOT_READY", exc_info=True)
             raise
         self.lifecycle = Lifecycle.READY
+        self.searcher.start()
         self.idempotency.start_sweeping()
         self.changes.start_rechecks(TAIL_RECHECK_SECONDS)
 
@@ -155,6 +162,7 @@ class SessionService:
         await self.idempotency.stop_sweeping()
         if was_ready:
             await self._appends.drained()
+        await self.searcher.stop()
         await self.backend.close()
 
     @property
@@ -200,14 +208,21 @@ class SessionService:
         after: OrderKey | None,
         limit: int,
         query: ListQuery = DEFAULT_QUERY,
-    ) -> tuple[list[Session], OrderKey | None]:
-        """Up to ``limit`` sessions in the query's order after ``after``, and the key to continue from (None at the
-        end)."""
+        q: str | None = None,
+    ) -> tuple[list[tuple[Session, Match | None]], OrderKey | None]:
+        """Up to ``limit`` sessions in the query's order after ``after`` (with ``q``, those that match it, each with
+        its match), and the key to continue from (None at the end)."""
         self._require_ready()
-        sessions = await self.backend.page(tenant, parent=parent, after=after, limit=limit + 1, query=query)
-        if len(sessions) <= limit:
-            return sessions, None
-        return sessions[:limit], query.key_of(sessions[limit - 1])
+        found: list[tuple[Session, Match | None]]
+        if q is not None:
+            matched = await self.searcher.search(tenant, q, parent=parent, after=after, limit=limit + 1, query=query)
+            found = list(matched)
+        else:
+            sessions = await self.backend.page(tenant, parent=parent, after=after, limit=limit + 1, query=query)
+            found = [(session, None) for session in sessions]
+        if len(found) <= limit:
+            return found, None
+        return found[:limit], query.key_of(found[limit - 1][0])
 
     async def read(self, key: SessionKey, start: int, limit: int, *, wait_ms: int = 0) -> tuple[bytes, int]:
         """The JSONL lines of up to ``limit`` events from ``start``, and the log's length. With ``wait_ms``, when the

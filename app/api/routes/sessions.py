@@ -13,7 +13,14 @@ from app.api.problems import invalid_request
 from app.api.requests import CREATE, LIST_QUERY
 from app.api.routing import body_of, json_response, key_of, new_router, service_of, tenant_of
 from app.api.schemas import SessionOut, SessionPage
-from app.api.wire import created_answer, decode_cursor, encode_cursor, session_json, session_payload
+from app.api.wire import (
+    created_answer,
+    decode_cursor,
+    encode_cursor,
+    match_json,
+    session_json,
+    session_payload,
+)
 from app.domain.errors import ErrorCode
 from app.service.idempotency import Answer, Claim
 
@@ -73,10 +80,13 @@ async def list_sessions(request: Request) -> Response:
                 "belongs to another query",
                 "the cursor was made for another order, direction, filter or q; start again without it",
             )
-    sessions, last = await service_of(request).page(
-        tenant_of(request), parent=query["parent"], after=after, limit=query["limit"], query=listing
+    found, last = await service_of(request).page(
+        tenant_of(request), parent=query["parent"], after=after, limit=query["limit"], query=listing, q=query["q"]
     )
-    items = [session_json(session) for session in sessions]
+    items = [
+        session_json(session) if match is None else {**session_json(session), "match": match_json(match)}
+        for session, match in found
+    ]
     next_cursor = encode_cursor(last, belongs_to) if last else None
     return json_response(orjson.dumps({"items": items, "nextCursor": next_cursor}))
 

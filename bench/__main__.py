@@ -1,9 +1,9 @@
 """``make bench`` (``python -m bench``): forklog beside its baselines, one table. See bench/README.md.
 
-Settings (environment): BENCH_ONLY (fork,appends,restart,stream,keys,postgres,small), BENCH_RUNS, BENCH_RUNS_1M,
+Settings (environment): BENCH_ONLY (fork,appends,restart,stream,keys,postgres,small,sidebar), BENCH_RUNS, BENCH_RUNS_1M,
 BENCH_FORK_SIZES, BENCH_CLIENTS, BENCH_APPEND_SECONDS, BENCH_APPEND_RUNS, BENCH_RESTART_BYTES,
 BENCH_RESTART_SESSION_EVENTS, BENCH_RESTART_RUNS, BENCH_PG_FORK_SIZES, BENCH_TAIL_APPENDS, BENCH_SMALL_SESSIONS,
-BENCH_DIR, BENCH_KEEP, BENCH_JSON, BENCH_NODE_HEAP_MB, BENCH_LOADGEN.
+BENCH_SIDEBAR_SESSIONS, BENCH_DIR, BENCH_KEEP, BENCH_JSON, BENCH_NODE_HEAP_MB, BENCH_LOADGEN.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from bench import appends, fork, keys, postgres, restart, small, stream
+from bench import appends, fork, keys, postgres, restart, sidebar, small, stream
 from bench.load import have_wrk
 from bench.report import Row, render
 from bench.util import fdatasync_latency, log
@@ -32,6 +32,7 @@ SECTIONS: dict[str, Callable[[Path], list[Row]]] = {
     "keys": keys.run,
     "postgres": postgres.run,
     "small": small.run,
+    "sidebar": sidebar.run,
 }
 
 

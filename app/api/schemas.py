@@ -387,10 +387,27 @@ _SESSION_FIELDS.update(
 SessionOut: type[BaseModel] = create_model("SessionOut", __doc__="The Session resource.", **_SESSION_FIELDS)
 
 
-class SessionPage(BaseModel):
-    """A page of sessions in creation order."""
+class SearchMatch(BaseModel):
+    """Where a search matched a session: the seq of the first user or assistant message holding the query's first
+    word (the title's session/title event when only the title holds it; null when only the cwd does), and at most
+    200 characters of that text around the word."""
 
-    items: list[SessionOut]
+    seq: Count | None
+    snippet: str = Field(max_length=200)
+
+
+SessionListItem: type[BaseModel] = create_model(
+    "SessionListItem",
+    __base__=SessionOut,
+    __doc__="A Session in a list; in a search (q), with where it matched.",
+    match=(SearchMatch | None, Field(default=None, description="present in the answer to a search (q) only")),
+)
+
+
+class SessionPage(BaseModel):
+    """A page of sessions in the order asked for (creation order by default)."""
+
+    items: list[SessionListItem]
     nextCursor: str | None = Field(description="the cursor of the next page; null on the last page")
 
 

@@ -67,6 +67,11 @@ class Searcher:
                 await task
         await asyncio.to_thread(self._index.close)
 
+    @property
+    def caught_up(self) -> bool:
+        """Whether the index holds every session as it is (nothing is searched directly)."""
+        return self._ready and not self._dirty and not self._pending
+
     def changed(self, key: SessionKey) -> None:
         """``key`` changed: searched directly until it is indexed again."""
         self._dirty.add(key)

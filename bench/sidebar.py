@@ -22,17 +22,22 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 
 from app.api.app import create_app
 from app.api.settings import Settings
 from app.backends.files import FileBackend
 from app.backends.files.codec import encode_header
+from app.backends.postgres import PostgresBackend
+from app.backends.postgres.state import encode_state
+from app.domain.events import LogState
 from app.domain.log import seed_log
 from app.domain.session import SessionHeader, SessionKey
 from app.service.sessions import SessionService, wall_clock_ms
-from bench.report import Row
+from bench.report import Row, skipped
 from bench.util import env_int, log
+from tests.support.postgres import PostgresCluster, PostgresError, fresh_database_name
 
 RUNS = 25
 CREATED_AT = 1_785_331_618_309
@@ -149,11 +154,60 @@ async def _appends(folder: Path, seconds: float, *, search: bool) -> float:
         await service.stop()
 
 
+_PG_FILL = """
+INSERT INTO forklog_sessions (tenant, id, instance, created_at, delegation_depth, log, count, state, change_seq,
+                              updated_at)
+SELECT 'default', 's' || n, md5(n::text), $1::bigint + n, 0, n, 0, $2, n, $1::bigint + n + (n * 7919) % 100000
+FROM generate_series(1, $3) AS n
+"""
+
+
+async def _postgres_listing(count: int) -> list[Row]:
+    """The first page by order=updated on PostgreSQL: ``count`` empty sessions put straight into the table (with
+    updatedAt in a shuffled order), served by the app on that database."""
+    try:
+        cluster = PostgresCluster(fsync=False)
+        cluster.start()
+    except PostgresError as exc:
+        return [skipped("sidebar", f"first page by order=updated on PostgreSQL, {count:,} sessions", str(exc))]
+    try:
+        url = cluster.url(cluster.create_database(fresh_database_name("forklog_sidebar")))
+        backend = PostgresBackend(url, clock=wall_clock_ms)
+        await backend.open()
+        await backend.close()
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(_PG_FILL, CREATED_AT, encode_state(LogState()), count)
+            await conn.execute("ANALYZE forklog_sessions")
+        finally:
+            await conn.close()
+        app = create_app(Settings(database_url=url, log_level="warning"))
+        service: SessionService = app.state.service
+        async with app.router.lifespan_context(app):
+            while not service.ready:
+                await asyncio.sleep(0.01)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+                first, found = await _median_ms(client, {"order": "updated", "limit": 50})
+        return [
+            Row(
+                "sidebar",
+                f"first page of 50 by order=updated on PostgreSQL, {count:,} sessions",
+                f"{first:.1f} ms",
+                target="<= 20 ms",
+                met=first <= 20 and found == 50,
+            )
+        ]
+    finally:
+        cluster.close()
+
+
 def run(folder: Path) -> list[Row]:
     sizes = [int(size) for size in os.environ.get("BENCH_SIDEBAR_SESSIONS", "10000,100000").split(",")]
     rows: list[Row] = []
     for size in sizes:
         rows += asyncio.run(_listing(size, folder))
+        rows += asyncio.run(_postgres_listing(size))
     seconds = env_int("BENCH_APPEND_SECONDS", 5)
     without = asyncio.run(_appends(folder / "appends-off", seconds, search=False))
     with_search = asyncio.run(_appends(folder / "appends-on", seconds, search=True))

@@ -28,8 +28,16 @@ def list_query_of(query: dict[str, Any]) -> ListQuery:
 
 def query_digest(listing: ListQuery, query: dict[str, Any]) -> str | None:
     """What a cursor of this query carries to be told from another query's: None for the plain list (created, asc,
-    no filter, no search: its cursors are those forklog always made), else a short digest of the query."""
-    if listing == ListQuery() and query["q"] is None:
+    no filter, no parent, no search: its cursors are those forklog always made), else a short digest of the query."""
+    if listing == ListQuery() and query["q"] is None and query["parent"] is None:
         return None
-    described = [listing.order, listing.descending, listing.cwd, listing.origin, listing.agent_preset, query["q"]]
+    described = [
+        listing.order,
+        listing.descending,
+        listing.cwd,
+        listing.origin,
+        listing.agent_preset,
+        query["q"],
+        query["parent"],
+    ]
     return hashlib.sha256(orjson.dumps(described)).hexdigest()[:16]

@@ -85,6 +85,7 @@ def test_a_cursor_belongs_to_its_query(client: TestClient) -> None:
         {"cursor": plain, "direction": "desc"},
         {"cursor": plain, "cwd": "/w"},
         {"cursor": plain, "q": "hello"},
+        {"cursor": plain, "parent": "a"},
     ):
         assert_invalid_request(client.get("/sessions", params=params), "cursor")
     assert client.get("/sessions", params={"cursor": by_update, "order": "updated"}).status_code == 200

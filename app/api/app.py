@@ -71,9 +71,16 @@ def create_app(
     provider = tracer_provider if tracer_provider is not None else provider_from_environment()
     tracing = Tracing(provider, dropped=metrics.span_dropped if metrics else None) if provider is not None else None
     store = backend if backend is not None else open_backend(settings)
+    # The search index lives beside the files (per data directory); other stores rebuild it in memory at a start.
+    search_index = store.data_dir / "search" / "search.sqlite3" if isinstance(store, FileBackend) else None
     if metrics is not None or tracing is not None:
         store.observer = StorageTelemetry(metrics, tracing)
-    service = SessionService(store, observer=metrics or NO_SESSION_OBSERVER, tenant_limits=tenant_limits)
+    service = SessionService(
+        store,
+        observer=metrics or NO_SESSION_OBSERVER,
+        tenant_limits=tenant_limits,
+        search_index=search_index,
+    )
     # A reload wakes every stream and long-poll, so that those of a removed key end (app.api.keys_in_force).
     keys = KeysInForce(keys_file, on_change=service.changes.wake_everyone) if keys_file is not None else None
 

@@ -65,7 +65,7 @@ PROBLEMS: dict[ErrorCode, ProblemSpec] = {
         409, "Not at a turn boundary", ("lastEventType", "openTurn", "lastTurnEndSeq")
     ),
     ErrorCode.SEQ_CONFLICT: ProblemSpec(409, "Sequence conflict", ("currentSeq",)),
-    ErrorCode.INVALID_BOUNDARY: ProblemSpec(422, "Invalid boundary"),
+    ErrorCode.INVALID_BOUNDARY: ProblemSpec(422, "Invalid boundary", (), ("reason",)),
     ErrorCode.INVALID_SEED: ProblemSpec(422, "Invalid seed", ("reason",), ("index",)),
     ErrorCode.INVALID_EVENT: ProblemSpec(422, "Invalid event", ("index", "reason")),
     ErrorCode.INVALID_REQUEST: ProblemSpec(422, "Invalid request", ("errors",)),

@@ -24,6 +24,7 @@ __all__ = [
     "APPEND",
     "CREATE",
     "FORK",
+    "FORK_BOUNDARIES",
     "HISTORY_QUERY",
     "LIST_QUERY",
     "MAX_APPEND_EVENTS",
@@ -179,13 +180,19 @@ class QueryParameter:
     kind: Kind
     description: str
     default: int | None = None
-    minimum: int | None = None
+    minimum: int | None = None  # for a string: its length
     maximum: int | None = None
+    choices: tuple[str, ...] = ()  # for a string: the values it may take (none: any)
 
     def check(self, raw: str | None) -> Any:
         if self.kind is Kind.ID:
             return None if raw is None else check_id(raw, self.name)
         if self.kind is Kind.STRING:
+            if raw is not None and self.choices and raw not in self.choices:
+                raise invalid_request(self.name, f"must be one of {', '.join(self.choices)}")
+            low, high = self.minimum, self.maximum
+            if raw is not None and low is not None and high is not None and not low <= len(raw) <= high:
+                raise invalid_request(self.name, f"must be {low} to {high} characters long")
             return raw
         value = _query_integer(raw, self.name, default=self.default)
         low, high = self.minimum, self.maximum
@@ -204,8 +211,14 @@ class QueryParameter:
                 schema["default"] = self.default
         elif self.kind is Kind.ID:
             schema = {"type": "string", "pattern": ID_REGEX}
+        elif self.choices:
+            schema = {"type": "string", "enum": list(self.choices)}
         else:
             schema = {"type": "string"}
+            if self.minimum is not None:
+                schema["minLength"] = self.minimum
+            if self.maximum is not None:
+                schema["maxLength"] = self.maximum
         return {"name": self.name, "in": "query", "required": False, "description": self.description, "schema": schema}
 
 
@@ -296,20 +309,66 @@ SNAPSHOT = BodyShape(
 )
 FORK = BodyShape(
     "ForkRequest",
-    "POST /sessions/{id}/fork (the body may be empty)",
+    "POST /sessions/{id}/fork (the body may be empty); at most one of atSeq, atTurn and atMessageId",
     (
         _INSTANCE,
         _AT_SEQ,
         _EXPECTED_SEQ,
         Member("sessionId", Kind.ID, "the child's id (omitted: the server picks session-<uuid4>)"),
+        Member(
+            "atTurn",
+            Kind.INTEGER,
+            "the seed ends at the turn/end whose data.turn is this number (0: the empty seed)",
+            minimum=0,
+        ),
+        Member(
+            "atMessageId",
+            Kind.STRING,
+            "the id of an assistant/message's message: the seed ends at the turn/end of its turn (inclusive)",
+        ),
+        Member(
+            "events",
+            Kind.EVENTS,
+            "events appended to the child after its seed in the same atomic step, checked as an append",
+            minimum=1,
+            maximum=MAX_APPEND_EVENTS,
+        ),
     ),
+    element_member="events",
 )
+# A fork names its boundary one way at most.
+FORK_BOUNDARIES = ("atSeq", "atTurn", "atMessageId")
 
 LIST_QUERY = QueryShape(
     (
         QueryParameter("parent", Kind.ID, "only the children of this session"),
         QueryParameter("limit", Kind.INTEGER, "page size", default=100, minimum=1, maximum=1000),
-        QueryParameter("cursor", Kind.STRING, "the nextCursor of the previous page"),
+        QueryParameter(
+            "cursor", Kind.STRING, "the nextCursor of the previous page (of the same query: order, filters and q)"
+        ),
+        QueryParameter(
+            "order",
+            Kind.STRING,
+            "created (the default; by createdAt, then id) or updated (by updatedAt, then id)",
+            choices=("created", "updated"),
+        ),
+        QueryParameter(
+            "direction",
+            Kind.STRING,
+            "asc or desc; the default is asc by created, desc by updated",
+            choices=("asc", "desc"),
+        ),
+        QueryParameter("cwd", Kind.STRING, "only sessions whose cwd equals it"),
+        QueryParameter("origin", Kind.STRING, "only sessions whose origin equals it"),
+        QueryParameter("agentPreset", Kind.STRING, "only sessions whose agentPreset equals it"),
+        QueryParameter(
+            "q",
+            Kind.STRING,
+            "only sessions that match this search: every word of it a word of the session's title, cwd or user and "
+            "assistant messages' text, the last word also as the start of one (then the order defaults to updated)",
+            minimum=1,
+            maximum=200,
+        ),
     )
 )
 READ_QUERY = QueryShape(

@@ -377,14 +377,42 @@ _SESSION_FIELDS.update(
     openTurn=(TurnNumber | None, Field(..., description="the open turn's number, or null")),
     lastTurnEndSeq=(Count | None, Field(..., description="the seq of the last turn/end, or null")),
     forkable=(bool, Field(..., description="whether a fork without atSeq would pass the boundary rule now")),
+    updatedAt=(int, Field(..., description="the later of createdAt and the time of the last event (epoch ms)")),
+    title=(str | None, Field(..., description="data.title of the last session/title event, or null")),
+    preview=(
+        str | None,
+        Field(
+            ...,
+            description="the first user/message's text (its text blocks joined by a space, whitespace runs made one "
+            "space, trimmed, at most 200 characters), or null",
+        ),
+    ),
+    bytes=(Count, Field(..., description="the length in bytes of the session's log as export writes it")),
 )
 SessionOut: type[BaseModel] = create_model("SessionOut", __doc__="The Session resource.", **_SESSION_FIELDS)
 
 
-class SessionPage(BaseModel):
-    """A page of sessions in creation order."""
+class SearchMatch(BaseModel):
+    """Where a search matched a session: the seq of the first user or assistant message holding the query's first
+    word (the title's session/title event when only the title holds it; null when only the cwd does), and at most
+    200 characters of that text around the word."""
 
-    items: list[SessionOut]
+    seq: Count | None
+    snippet: str = Field(max_length=200)
+
+
+SessionListItem: type[BaseModel] = create_model(
+    "SessionListItem",
+    __base__=SessionOut,
+    __doc__="A Session in a list; in a search (q), with where it matched.",
+    match=(SearchMatch | None, Field(default=None, description="present in the answer to a search (q) only")),
+)
+
+
+class SessionPage(BaseModel):
+    """A page of sessions in the order asked for (creation order by default)."""
+
+    items: list[SessionListItem]
     nextCursor: str | None = Field(description="the cursor of the next page; null on the last page")
 
 

@@ -9,6 +9,8 @@ from typing import Any
 import orjson
 
 from app.api.problems import invalid_request
+from app.backends.files.codec import encode_header
+from app.domain.search import Match
 from app.domain.session import HEADER_FIELDS, Session
 from app.service.idempotency import Answer
 from app.service.sessions import Appended
@@ -21,6 +23,7 @@ __all__ = [
     "encode_cursor",
     "json_array",
     "json_array_pieces",
+    "match_json",
     "session_json",
     "session_payload",
 ]
@@ -36,6 +39,10 @@ SESSION_MEMBERS: tuple[str, ...] = (
     "openTurn",
     "lastTurnEndSeq",
     "forkable",
+    "updatedAt",
+    "title",
+    "preview",
+    "bytes",
 )
 
 
@@ -50,7 +57,16 @@ def session_json(session: Session) -> dict[str, Any]:
     resource["openTurn"] = head.open_turn
     resource["lastTurnEndSeq"] = head.last_turn_end_seq
     resource["forkable"] = head.forkable
+    resource["updatedAt"] = session.updated_at
+    resource["title"] = head.title
+    resource["preview"] = head.preview
+    resource["bytes"] = len(encode_header(header)) + head.body_bytes
     return resource
+
+
+def match_json(match: Match) -> dict[str, Any]:
+    """Where a search matched a session: ``{seq, snippet}``."""
+    return {"seq": match.seq, "snippet": match.snippet}
 
 
 def session_payload(session: Session) -> bytes:
@@ -93,17 +109,25 @@ async def json_array_pieces(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]
     yield b"]"
 
 
-def encode_cursor(key: tuple[int, str]) -> str:
-    """The opaque cursor of a list page: the unpadded base64url of ``[createdAt, id]`` of its last item."""
-    return base64.urlsafe_b64encode(orjson.dumps(list(key))).decode("ascii").rstrip("=")
+def encode_cursor(key: tuple[int, str], query: str | None = None) -> str:
+    """The opaque cursor of a list page: the unpadded base64url of ``[value, id]`` of its last item (the order's
+    value: createdAt or updatedAt), and of the digest of the query it belongs to unless it is the plain list."""
+    members: list[Any] = [*key] if query is None else [*key, query]
+    return base64.urlsafe_b64encode(orjson.dumps(members)).decode("ascii").rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[int, str]:
+def decode_cursor(cursor: str) -> tuple[tuple[int, str], str | None]:
+    """A cursor's key and the digest of its query (None: the plain list)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_at, session_id = orjson.loads(raw)
-        if isinstance(created_at, int) and not isinstance(created_at, bool) and isinstance(session_id, str):
-            return created_at, session_id
+        value, session_id, *query = orjson.loads(raw)
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and isinstance(session_id, str)
+            and (query == [] or (len(query) == 1 and isinstance(query[0], str)))
+        ):
+            return (value, session_id), query[0] if query else None
     except (ValueError, TypeError):
         pass
     raise invalid_request("cursor", "malformed cursor", "cursor is not one this service issued; start again without it")

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from app.backends.observer import StorageObserver
 from app.domain.limits import TenantLimits
+from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
 from app.domain.log import LogTip, SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey
 
@@ -59,6 +60,12 @@ class SeedPrefix:
     source: SessionKey
     instance: str
     count: int
+    # Events to append after the seed in the same atomic step (spec 12, a fork's ``events``): the backend checks
+    # them as an append to the seed (``stage`` with ``appended=True`` at ``now``; an
+    # :class:`~app.domain.errors.EventRejected` makes nothing) and stores the child with them or not at all.
+    then: Sequence[Any] = ()
+    now: int = 0
+    breaks: Mapping[int, str] | None = None
 
 
 Seed = SeedLog | SeedPrefix
@@ -147,10 +154,17 @@ class Backend(Protocol):
         """The live session, or None; :class:`~app.backends.errors.SessionCorrupt` for a damaged one."""
 
     async def page(
-        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
+        self,
+        tenant: str,
+        *,
+        parent: str | None,
+        after: OrderKey | None,
+        limit: int,
+        query: ListQuery = DEFAULT_QUERY,
     ) -> list[Session]:
-        """Up to ``limit`` live sessions of ``tenant`` in creation order (createdAt, id), after the key ``after``;
-        with ``parent``, only those whose ``parentSession`` is it."""
+        """Up to ``limit`` live sessions of ``tenant`` in the query's order (by default creation order: createdAt,
+        id), after the key ``after``, those its filters take; with ``parent``, only those whose ``parentSession`` is
+        it."""
 
     async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
         """The stored JSONL lines of events ``start`` .. ``stop - 1`` (fewer if the log is shorter)."""

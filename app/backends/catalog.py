@@ -1,9 +1,11 @@
 """The live sessions one process holds in memory, for the backends that keep every log in memory (memory, files).
 
-Sessions are found by key, listed in creation order per tenant (and per parent, for lineage), and given their
-``createdAt``: max(now, 1 + the largest one this process has loaded or assigned *for that tenant*), corrupt sessions'
-included, so creation order holds even if the clock steps back. The clock is per tenant (spec 9): a shared one would
-let a tenant count another's creates from the gaps between its own ``createdAt`` values.
+Sessions are found by key, listed in creation order per tenant (and per parent, for lineage) or in the order of
+their last activity (``updatedAt``, per tenant: kept sorted as sessions change, so a page of the most recent ones
+costs O(log n + page), spec 12), and given their ``createdAt``: max(now, 1 + the largest one this process has
+loaded or assigned *for that tenant*), corrupt sessions' included, so creation order holds even if the clock steps
+back. The clock is per tenant (spec 9): a shared one would let a tenant count another's creates from the gaps
+between its own ``createdAt`` values.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sortedcontainers import SortedList
+
 from app.backends.errors import SessionCorrupt
+from app.domain.listing import CREATED, DEFAULT_QUERY, ListQuery
 from app.domain.log import SessionLog
 from app.domain.session import LogHead, Session, SessionHeader, SessionKey, head_of
 
@@ -34,6 +39,9 @@ class FrozenLog(Protocol):
     def body_bytes(self) -> int:
         """The bytes of the log's lines, without thawing it."""
 
+    def last_time(self) -> int | None:
+        """The time of the last event (None for an empty log), without thawing it."""
+
 
 class LiveSession:
     """A live session held in memory: its key, its header and its log (the log grows; the rest never changes).
@@ -43,7 +51,7 @@ class LiveSession:
     session is never checkpointed, and a fork of it is written from memory.
     """
 
-    __slots__ = ("_log", "checkpointed", "header", "key")
+    __slots__ = ("_log", "checkpointed", "header", "key", "updated_at")
 
     def __init__(
         self, key: SessionKey, header: SessionHeader, log: SessionLog | FrozenLog, *, checkpointed: int = 0
@@ -52,6 +60,7 @@ class LiveSession:
         self.header = header
         self._log = log
         self.checkpointed = checkpointed
+        self.updated_at = self.last_activity()  # the catalog's copy: where it stands in the order by updatedAt
 
     @property
     def id(self) -> str:
@@ -83,6 +92,13 @@ class LiveSession:
         head = head_of(log.state) if isinstance(log, SessionLog) else log.head()
         return Session(self.key, self.header, head)
 
+    def last_activity(self) -> int:
+        """``updatedAt``: the later of ``createdAt`` and the time of the last event."""
+        log = self._log
+        last_time = log.state.last_time if isinstance(log, SessionLog) else log.last_time()
+        created_at = self.header.created_at
+        return created_at if last_time is None or last_time < created_at else int(last_time)
+
     @property
     def order_key(self) -> OrderKey:
         return (self.header.created_at, self.header.id)
@@ -111,6 +127,12 @@ class _Ordered:
         for at in range(start, len(self.sessions)):
             yield self.sessions[at]
 
+    def before(self, key: OrderKey | None) -> Iterator[LiveSession]:
+        """The sessions before ``key``, last first."""
+        stop = len(self.sessions) if key is None else bisect_left(self.sessions, key, key=_order_of)
+        for at in range(min(stop, len(self.sessions)) - 1, -1, -1):
+            yield self.sessions[at]
+
 
 class Catalog:
     """Live and corrupt sessions by key, and each tenant's ``createdAt`` clock."""
@@ -122,6 +144,7 @@ class Catalog:
         self._by_tenant: dict[str, _Ordered] = {}
         self._by_parent: dict[tuple[str, str], _Ordered] = {}
         self._max_created_at: dict[str, int] = {}  # by tenant
+        self._by_update: dict[str, SortedList] = {}  # per tenant: (updatedAt, id) of each live session
 
     def __len__(self) -> int:
         return len(self._live)
@@ -165,8 +188,12 @@ class Catalog:
             self._saw(live.key.tenant, live.header.created_at)
         for ordered in (*self._by_tenant.values(), *self._by_parent.values()):
             ordered.sessions.sort(key=_order_of)
+        for tenant, ordered in self._by_tenant.items():
+            self._by_update[tenant] = SortedList((live.updated_at, live.id) for live in ordered.sessions)
 
     def _index(self, live: LiveSession, *, sort: bool) -> None:
+        if sort:
+            self._by_update.setdefault(live.key.tenant, SortedList()).add((live.updated_at, live.id))
         indexes = [self._by_tenant.setdefault(live.key.tenant, _Ordered([]))]
         parent = live.header.parent_session
         if parent is not None:
@@ -182,6 +209,7 @@ class Catalog:
         if live is None:
             return
         self._by_tenant[key.tenant].remove(live)
+        self._by_update[key.tenant].discard((live.updated_at, live.id))
         parent = live.header.parent_session
         if parent is not None:
             self._by_parent[(key.tenant, parent)].remove(live)
@@ -195,13 +223,51 @@ class Catalog:
         if created_at is not None:
             self._saw(key.tenant, created_at)
 
-    def page(self, tenant: str, *, parent: str | None, after: OrderKey | None, limit: int) -> list[LiveSession]:
-        ordered = self._by_tenant.get(tenant) if parent is None else self._by_parent.get((tenant, parent))
-        if ordered is None:
-            return []
+    def touch(self, live: LiveSession) -> None:
+        """``live``'s log grew: move it in the order by ``updatedAt``."""
+        updated_at = live.last_activity()
+        if updated_at == live.updated_at or self._live.get(live.key) is not live:
+            return
+        by_update = self._by_update[live.key.tenant]
+        by_update.discard((live.updated_at, live.id))
+        live.updated_at = updated_at
+        by_update.add((updated_at, live.id))
+
+    def page(
+        self,
+        tenant: str,
+        *,
+        parent: str | None,
+        after: OrderKey | None,
+        limit: int,
+        query: ListQuery = DEFAULT_QUERY,
+    ) -> list[LiveSession]:
         found: list[LiveSession] = []
-        for live in ordered.after(after):
+        for live in self._in_order(tenant, parent, after, query):
             if len(found) == limit:
                 break
-            found.append(live)
+            if (parent is None or live.header.parent_session == parent) and query.matches(live.header):
+                found.append(live)
         return found
+
+    def _in_order(
+        self, tenant: str, parent: str | None, after: OrderKey | None, query: ListQuery
+    ) -> Iterator[LiveSession]:
+        """The tenant's sessions (or ``parent``'s children, in creation order) from ``after`` on, in the query's
+        order and direction (filters not applied)."""
+        if query.order == CREATED:
+            ordered = self._by_tenant.get(tenant) if parent is None else self._by_parent.get((tenant, parent))
+            if ordered is not None:
+                yield from ordered.before(after) if query.descending else ordered.after(after)
+            return
+        by_update = self._by_update.get(tenant)
+        if by_update is None:
+            return
+        if query.descending:
+            keys = by_update.irange(maximum=after, inclusive=(True, False), reverse=True)
+        else:
+            keys = by_update.irange(minimum=after, inclusive=(False, True))
+        for _, session_id in keys:
+            live = self._live.get(SessionKey(tenant, session_id))
+            if live is not None:
+                yield live

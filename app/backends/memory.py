@@ -15,6 +15,7 @@ from app.backends.errors import AlreadyRemembered, StaleHead
 from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
 from app.backends.usage import catalog_log_bytes, catalog_usage
 from app.domain.errors import SessionAlreadyExists
+from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey
 
@@ -24,13 +25,18 @@ CHUNK_BYTES = 4 * 1024 * 1024
 
 
 def live_prefix(catalog: Catalog, seed: Seed) -> SessionLog:
-    """The events a new session starts with: the seed's, or the source's first ``count`` (shared, not copied)."""
+    """The events a new session starts with: the seed's, or the source's first ``count`` (shared, not copied) and
+    the fork's own events after them."""
     if isinstance(seed, SeedLog):
         return seed.log
     source = catalog.get(seed.source)
     if source is None or source.header.instance != seed.instance:
         raise StaleHead(f'session "{seed.source.id}" is no longer the incarnation the fork was checked against')
-    return source.log.prefix(seed.count)
+    log = source.log.prefix(seed.count)
+    if seed.then:  # checked as an append to the seed (EventRejected makes nothing); the log is not live yet
+        breaks = dict(seed.breaks) if seed.breaks else None
+        log.commit(log.stage(seed.then, appended=True, now=seed.now, breaks=breaks))
+    return log
 
 
 async def log_chunks(log: SessionLog) -> AsyncIterator[bytes]:
@@ -93,9 +99,16 @@ class MemoryBackend:
         return live.view() if live is not None else None
 
     async def page(
-        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
+        self,
+        tenant: str,
+        *,
+        parent: str | None,
+        after: OrderKey | None,
+        limit: int,
+        query: ListQuery = DEFAULT_QUERY,
     ) -> list[Session]:
-        return [live.view() for live in self.catalog.page(tenant, parent=parent, after=after, limit=limit)]
+        found = self.catalog.page(tenant, parent=parent, after=after, limit=limit, query=query)
+        return [live.view() for live in found]
 
     async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
         live = self.catalog.get(key)
@@ -142,6 +155,7 @@ class MemoryBackend:
             raise StaleHead(f'session "{key.id}" has {len(live.log)} events, not the {staged.base_count} staged on')
         self.remembered.check_free(remember)
         live.log.commit(staged)
+        self.catalog.touch(live)
         self.remembered.add(remember)
 
     async def delete(self, key: SessionKey) -> None:

@@ -79,6 +79,14 @@ class LogState:
     pending: Set[Any] = NO_PENDING
     nodes: list[int] = field(default_factory=list)
     nodes_shared: bool = False
+    # What the Session resource says of the log (spec 12), kept as it grows: the bytes of its stored lines, the
+    # title of its last session/title event (and that event's seq), the preview of its first user/message (and its
+    # seq). The seqs let a fork's seed tell whether the value is also its own.
+    body_bytes: int = 0
+    title: str | None = None
+    title_seq: int | None = None
+    preview: str | None = None
+    preview_seq: int | None = None
 
     def columns(self) -> list[Any]:
         """What a store keeps of this state, in a fixed order: all but ``count`` and ``nodes``, which it keeps its
@@ -92,12 +100,33 @@ class LogState:
             self.next_turn,
             self.next_step,
             sorted(self.pending, key=str),
+            self.body_bytes,
+            self.title,
+            self.title_seq,
+            self.preview,
+            self.preview_seq,
         ]
 
     @classmethod
     def of_columns(cls, columns: Sequence[Any], *, count: int, nodes: list[int] | None = None) -> LogState:
         """The state whose :meth:`columns` these are, after ``count`` events (with ``nodes``, if known)."""
-        last_time, last_type, last_turn_end_seq, open_turn, open_step, next_turn, next_step, pending = columns
+        (
+            last_time,
+            last_type,
+            last_turn_end_seq,
+            open_turn,
+            open_step,
+            next_turn,
+            next_step,
+            pending,
+            body_bytes,
+            title,
+            title_seq,
+            preview,
+            preview_seq,
+        ) = columns  # a ValueError for columns stored by an older forklog: such a record is not used
+        if not (isinstance(body_bytes, int) and body_bytes >= 0):
+            raise ValueError("the stored byte count is not a count")
         return cls(
             count=count,
             last_time=last_time,
@@ -109,6 +138,11 @@ class LogState:
             next_step=next_step,
             pending=frozenset(pending) if pending else NO_PENDING,
             nodes=nodes if nodes is not None else [],
+            body_bytes=body_bytes,
+            title=title,
+            title_seq=title_seq,
+            preview=preview,
+            preview_seq=preview_seq,
         )
 
     def staged(self) -> LogState:
@@ -125,6 +159,11 @@ class LogState:
             pending=pending if type(pending) is frozenset else frozenset(pending),
             nodes=self.nodes,
             nodes_shared=True,
+            body_bytes=self.body_bytes,
+            title=self.title,
+            title_seq=self.title_seq,
+            preview=self.preview,
+            preview_seq=self.preview_seq,
         )
 
     def own_nodes(self) -> list[int]:

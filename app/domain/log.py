@@ -29,6 +29,7 @@ from app.domain.errors import ErrorCode, EventRejected, SessionError
 from app.domain.events import NO_PENDING, STORAGE_TAGS, LogState, admit, admit_stored
 from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.jsonvalue import dumps
+from app.domain.summary import TITLE_TYPE, preview_of, title_of
 
 __all__ = [
     "SEAL_BYTES",
@@ -41,6 +42,7 @@ __all__ = [
     "chain",
     "checkpoint",
     "encode_event",
+    "replace_targets",
     "seed_log",
     "stage",
     "stage_stored",
@@ -498,6 +500,13 @@ class SessionLog:
         point = self._checkpoint_at(last)
         # A committed state's nodes never change (staging copies them first), so the whole log's are shared.
         nodes = self.state.nodes if count == len(self) else fold_surface(self._surface_changes(last))
+        state = self.state
+        title, title_seq = state.title, state.title_seq
+        if title_seq is not None and title_seq >= count:
+            title, title_seq = self.last_title(count)
+        preview, preview_seq = state.preview, state.preview_seq
+        if preview_seq is not None and preview_seq >= count:
+            preview, preview_seq = None, None
         child.state = LogState(
             count=count,
             last_time=self.event(last)["time"],
@@ -509,8 +518,34 @@ class SessionLog:
             next_step=point.next_step,
             pending=point.pending,
             nodes=nodes,
+            body_bytes=self.offset(count),
+            title=title,
+            title_seq=title_seq,
+            preview=preview,
+            preview_seq=preview_seq,
         )
         return child
+
+    def last_title(self, stop: int) -> tuple[str | None, int | None]:
+        """The title of the last ``session/title`` event before ``stop``, and its seq (None, None if there is none).
+
+        Only a fork before the source's last title asks: the stored bytes are searched for the type's name (a fast
+        scan, no parse), and each line found is parsed to confirm it is such an event (the name may stand in text).
+        """
+        needle = b'"' + TITLE_TYPE.encode() + b'"'
+        for part in reversed((*self._sealed, self._growing)):
+            if part.first >= stop:
+                continue
+            end = part.start_of(stop) - part.base if stop < part.stop else len(part.body)
+            data = bytes(part.body[:end])
+            position = data.rfind(needle)
+            while position >= 0:
+                seq = part.first + bisect_right(part.ends, part.base + position)
+                event = self.event(seq)
+                if event.get("type") == TITLE_TYPE:
+                    return title_of(event.get("data")), seq
+                position = data.rfind(needle, 0, part.start_of(seq) - part.base)
+        return None, None
 
     # -- the parts a checked log is made of (a backend's checkpoints keep them) ---------------------------------------
 
@@ -648,13 +683,15 @@ def stage(
         staged.ends.append(offset)
         staged.events.append(event)
         _note(staged, event)
+    state.body_bytes += offset
     staged.lines = b"".join(chunks)
     state.freeze()
     return staged
 
 
 def _note(staged: StagedEvents, event: dict[str, Any]) -> None:
-    """Keep what the log knows of an admitted ``event`` beside its bytes: its surface change, its turn's end."""
+    """Keep what the log knows of an admitted ``event`` beside its bytes: its surface change, its turn's end, the
+    session's title and preview (spec 12)."""
     seq = event["seq"]
     if "surfaceOp" in event:
         op = event["surfaceOp"]
@@ -662,10 +699,15 @@ def _note(staged: StagedEvents, event: dict[str, Any]) -> None:
             staged.surface_ops.append((seq, int(op["start"]), int(op["end"])))
         else:
             staged.surface_ops.append((seq, -1, -1))
-    if event["type"] == "turn/end":
-        state = staged.state
+    kind = event["type"]
+    state = staged.state
+    if kind == "turn/end":
         staged.turn_ends.append(seq)
         staged.checkpoints[seq] = checkpoint(state.next_turn, state.next_step, frozenset(state.pending))
+    elif kind == TITLE_TYPE:
+        state.title, state.title_seq = title_of(event["data"]), seq
+    elif kind == "user/message" and state.preview_seq is None:
+        state.preview, state.preview_seq = preview_of(event["data"]), seq
 
 
 def stage_stored(
@@ -707,12 +749,25 @@ def stage_stored(
         _note(staged, event)
     ends = staged.ends = array("q", accumulate(map(len, lines), _past_newline, initial=0))
     del ends[0]
+    state.body_bytes += len(window)
     state.freeze()
     return staged
 
 
 def _past_newline(end: int, length: int) -> int:
     return end + length + 1
+
+
+def replace_targets(*batches: Sequence[Any]) -> set[int]:
+    """Seqs a ``tool/result`` replace may compare with: the ``start`` of every replace surfaceOp in the batches (the
+    events a check of them looks up)."""
+    wanted: set[int] = set()
+    for events in batches:
+        for event in events:
+            op = event.get("surfaceOp") if isinstance(event, dict) else None
+            if isinstance(op, dict) and isinstance(op.get("start"), int):
+                wanted.add(op["start"])
+    return wanted
 
 
 def seed_log(seed: Sequence[Any] | None, *, now: int, breaks: dict[int, str] | None = None) -> SessionLog:

@@ -159,6 +159,9 @@ class LogHead:
     last_type: str | None = None
     last_turn_end_seq: int | None = None
     open_turn: Any = None
+    body_bytes: int = 0  # the bytes of the stored lines (the header line not included)
+    title: str | None = None
+    preview: str | None = None
 
     @property
     def forkable(self) -> bool:
@@ -170,7 +173,16 @@ def head_of(state: LogState) -> LogHead:
     open_turn = state.open_turn
     if isinstance(open_turn, float) and open_turn.is_integer():
         open_turn = int(open_turn)  # DSH compares with ===, so 1.0 opened turn 1: it is reported as 1
-    return LogHead(state.count, state.last_time, state.last_type, state.last_turn_end_seq, open_turn)
+    return LogHead(
+        state.count,
+        state.last_time,
+        state.last_type,
+        state.last_turn_end_seq,
+        open_turn,
+        state.body_bytes,
+        state.title,
+        state.preview,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +196,14 @@ class Session:
     @property
     def id(self) -> str:
         return self.header.id
+
+    @property
+    def updated_at(self) -> int:
+        """The later of ``createdAt`` and the time of the last event (spec 12): a fork's child is as new as the
+        fork."""
+        last_time = self.head.last_time
+        created_at = self.header.created_at
+        return created_at if last_time is None or last_time < created_at else int(last_time)
 
 
 def check_meta(meta: dict[str, Any], seed_count: int) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from app.domain.session import SessionKey
 
@@ -43,6 +44,8 @@ class ChangeFeed:
         self._rounds: dict[SessionKey, asyncio.Event] = {}
         self._closed = False
         self._rechecks: asyncio.Task[None] | None = None
+        # Told of every change as it is reported (the search index marks the session to index it again).
+        self.watchers: list[Callable[[SessionKey], None]] = []
 
     @property
     def closed(self) -> bool:
@@ -63,6 +66,8 @@ class ChangeFeed:
         """``key`` changed (an append, a delete): wake everyone waiting for it, on the loop's next turn, so that the
         writer's own answer (woken by then) goes out before a thousand streams' frames, not after them. Waiters
         that take a ticket from now on wait for the next change: they look at the session after this one."""
+        for watcher in self.watchers:
+            watcher(key)
         round_ = self._rounds.pop(key, None)
         if round_ is not None:
             asyncio.get_running_loop().call_soon(round_.set)

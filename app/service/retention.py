@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from app.backends.base import Backend, SweepsOnce
 from app.backends.errors import StorageError
 from app.domain.limits import TenantLimits
+from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
 from app.domain.session import Session, SessionKey
 
 __all__ = ["Retention", "updated_at", "visible_page"]
@@ -50,22 +51,22 @@ async def visible_page(
     tenant: str,
     *,
     parent: str | None,
-    after: tuple[int, str] | None,
+    after: OrderKey | None,
     limit: int,
     cutoff: int | None,
+    query: ListQuery = DEFAULT_QUERY,
 ) -> list[Session]:
-    """Up to ``limit`` live sessions in creation order after ``after``, those expired at ``cutoff`` left out."""
+    """Up to ``limit`` live sessions in the query's order after ``after``, those expired at ``cutoff`` left out."""
     if cutoff is None:
-        return await backend.page(tenant, parent=parent, after=after, limit=limit)
+        return await backend.page(tenant, parent=parent, after=after, limit=limit, query=query)
     found: list[Session] = []
     while len(found) < limit:
         wanted = limit - len(found)
-        page = await backend.page(tenant, parent=parent, after=after, limit=wanted)
+        page = await backend.page(tenant, parent=parent, after=after, limit=wanted, query=query)
         found.extend(session for session in page if not is_expired(session, cutoff))
         if len(page) < wanted:
             break
-        last = page[-1].header
-        after = (last.created_at, last.id)
+        after = query.key_of(page[-1])
     return found
 
 

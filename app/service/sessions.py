@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 from app.backends.base import (
     Backend,
@@ -41,9 +44,12 @@ from app.domain.errors import (
 )
 from app.domain.ids import check_id, new_instance, new_session_id
 from app.domain.limits import NO_LIMITS, TenantLimits
-from app.domain.log import StagedEvents, chain, seed_log, stage
+from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
+from app.domain.log import StagedEvents, chain, replace_targets, seed_log, stage
+from app.domain.search import Match
 from app.domain.session import Session, SessionHeader, SessionKey, check_live, check_meta, head_of, lineage_attrs
 from app.service.appends import AppendQueue, WaitingAppend
+from app.service.boundaries import message_turn_end, turn_end_of
 from app.service.changes import ChangeFeed
 from app.service.errors import NotReady
 from app.service.idempotency import Answer, Claim, IdempotencyGate, IdempotentRequest
@@ -51,6 +57,7 @@ from app.service.locks import KeyedLocks
 from app.service.observer import NO_SESSION_OBSERVER, SessionObserver
 from app.service.quotas import QuotaLedger, Reservation, header_bytes
 from app.service.retention import Retention, is_expired, updated_at, visible_page
+from app.service.search import Searcher
 
 __all__ = [
     "Appended",
@@ -134,17 +141,6 @@ class Lineage:
     missing_ancestor: str | None
 
 
-def _replace_targets(batches: Iterable[Sequence[Any]]) -> set[int]:
-    """Seqs a ``tool/result`` replace may compare with: the ``start`` of every replace surfaceOp in the batches."""
-    wanted: set[int] = set()
-    for events in batches:
-        for event in events:
-            op = event.get("surfaceOp") if isinstance(event, dict) else None
-            if isinstance(op, dict) and isinstance(op.get("start"), int):
-                wanted.add(op["start"])
-    return wanted
-
-
 class SessionService:
     def __init__(
         self,
@@ -155,6 +151,7 @@ class SessionService:
         instance: Callable[[], str] = new_instance,
         observer: SessionObserver = NO_SESSION_OBSERVER,
         tenant_limits: Callable[[], Mapping[str, TenantLimits]] = dict,
+        search_index: Path | None = None,
     ) -> None:
         self.backend = backend
         self.observer = observer
@@ -180,6 +177,8 @@ class SessionService:
         self.changes = ChangeFeed()
         self.idempotency = IdempotencyGate(backend, clock)
         self.retention = Retention(backend, tenant_limits, clock, self._expire)
+        self.searcher = Searcher(backend, search_index)
+        self.changes.watchers.append(self.searcher.changed)
         backend.listen(self.changes.changed)
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
@@ -193,6 +192,7 @@ class SessionService:
             logger.critical("the store failed to open; the service stays NOT_READY", exc_info=True)
             raise
         self.lifecycle = Lifecycle.READY
+        self.searcher.start()
         self.idempotency.start_sweeping()
         self.retention.start()
         self.changes.start_rechecks(TAIL_RECHECK_SECONDS)
@@ -210,6 +210,7 @@ class SessionService:
         await self.retention.stop()
         if was_ready:
             await self._appends.drained()
+        await self.searcher.stop()
         await self.backend.close()
 
     @property
@@ -251,17 +252,38 @@ class SessionService:
         return await self._live(key)
 
     async def page(
-        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
-    ) -> tuple[list[Session], tuple[int, str] | None]:
-        """Up to ``limit`` sessions in creation order after ``after``, and the key to continue from (None at the
-        end)."""
+        self,
+        tenant: str,
+        *,
+        parent: str | None,
+        after: OrderKey | None,
+        limit: int,
+        query: ListQuery = DEFAULT_QUERY,
+        q: str | None = None,
+    ) -> tuple[list[tuple[Session, Match | None]], OrderKey | None]:
+        """Up to ``limit`` sessions in the query's order after ``after`` (with ``q``, those that match it, each with
+        its match), and the key to continue from (None at the end)."""
         self._require_ready()
         cutoff = self.retention.cutoff(tenant)  # expired sessions never show, even before they are deleted
-        sessions = await visible_page(self.backend, tenant, parent=parent, after=after, limit=limit + 1, cutoff=cutoff)
-        if len(sessions) <= limit:
-            return sessions, None
-        last = sessions[limit - 1].header
-        return sessions[:limit], (last.created_at, last.id)
+        found: list[tuple[Session, Match | None]]
+        if q is not None:
+            matched = await self.searcher.search(tenant, q, parent=parent, after=after, limit=limit + 1, query=query)
+            found = list(matched)
+            if cutoff is not None:
+                # What the search found beyond its expired sessions is still in order: its next page starts after
+                # the last one looked at, so nothing is skipped (a page may come back short).
+                kept = [(session, match) for session, match in found if not is_expired(session, cutoff)]
+                if len(found) <= limit:
+                    return kept, None
+                return kept[:limit], query.key_of(found[limit - 1][0])
+        else:
+            sessions = await visible_page(
+                self.backend, tenant, parent=parent, after=after, limit=limit + 1, cutoff=cutoff, query=query
+            )
+            found = [(session, None) for session in sessions]
+        if len(found) <= limit:
+            return found, None
+        return found[:limit], query.key_of(found[limit - 1][0])
 
     async def read(
         self, key: SessionKey, start: int, limit: int, *, wait_ms: int = 0, allowed: Callable[[], bool] = _always
@@ -497,7 +519,7 @@ class SessionService:
     ) -> None:
         """Check and write the batch, again while another process moves the head under it; each accepted append
         reserves its bytes (in ``reservations``) until it is written or refused."""
-        wanted = _replace_targets(waiting.events for waiting in batch)
+        wanted = replace_targets(*(waiting.events for waiting in batch))
         refresh = False
         current = 0
         for _ in range(STALE_RETRIES):
@@ -637,15 +659,24 @@ class SessionService:
         *,
         child_id: str | None = None,
         at_seq: int | None = None,
+        at_turn: int | None = None,
+        at_message_id: str | None = None,
+        events: Sequence[Any] | None = None,
+        breaks: dict[int, str] | None = None,
         instance: str | None = None,
         expected_seq: int | None = None,
         remember: Remember | None = None,
     ) -> Session:
+        """A child from the source's log at a boundary (``at_seq``, ``at_turn`` or ``at_message_id``: at most one),
+        with ``events`` appended after its seed in the same atomic step (spec 12)."""
         self._require_ready()
         if child_id is not None:
             check_id(child_id, "sessionId")
         child = SessionKey(key.tenant, child_id if child_id is not None else self._new_id())
-        made = await self._locks.run(child, lambda: self._fork(key, child, at_seq, instance, expected_seq, remember))
+        boundary = _Boundary(at_seq, at_turn, at_message_id)
+        made = await self._locks.run(
+            child, lambda: self._fork(key, child, boundary, events or (), breaks, instance, expected_seq, remember)
+        )
         self.changes.changed(child)
         self.observer.forked(key.tenant)
         return made
@@ -654,7 +685,9 @@ class SessionService:
         self,
         key: SessionKey,
         child: SessionKey,
-        at_seq: int | None,
+        boundary: _Boundary,
+        events: Sequence[Any],
+        breaks: dict[int, str] | None,
         instance: str | None,
         expected_seq: int | None,
         remember: Remember | None,
@@ -663,9 +696,17 @@ class SessionService:
             raise SessionAlreadyExists(child.id)
         source = await self._live(key, SessionForkError)
         check_live(source, instance, expected_seq, error=SessionForkError)
-        count = await self._seed_length(source, at_seq)
+        if boundary.turn == 0:
+            count = 0
+        else:
+            at_seq = boundary.seq
+            if boundary.turn is not None:
+                at_seq = await turn_end_of(self.backend, source, boundary.turn)
+            elif boundary.message_id is not None:
+                at_seq = await message_turn_end(self.backend, source, boundary.message_id)
+            count = await self._seed_length(source, at_seq)
         lineage = lineage_attrs(fork_lineage(source, count))
-        seed = SeedPrefix(key, source.header.instance, count)
+        seed = SeedPrefix(key, source.header.instance, count, then=events, now=self._clock(), breaks=breaks)
         instance = self._new_instance()
 
         def make() -> Awaitable[Session]:
@@ -675,10 +716,17 @@ class SessionService:
             if self.quotas is None or not isinstance(self.backend, CountsLocally):
                 return await make()
             body = self.backend.log_bytes(key, count)  # a fork counts its whole log, shared or not
+            # Its new events' lines are not encoded yet: their JSON plus room for the seq and time they get, a
+            # bound from above (what the child really holds is counted once it is made).
+            body += sum(map(_line_bound, events))
             size = header_bytes(SessionHeader(child.id, self._clock(), instance, **lineage)) + body
-            return await self.quotas.charged(child.tenant, 1, size, make, lambda made: header_bytes(made.header) + body)
+            return await self.quotas.charged(
+                child.tenant, 1, size, make, lambda made: header_bytes(made.header) + made.head.body_bytes
+            )
         except StaleHead:
             raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found') from None
+        except EventRejected as rejected:
+            raise _invalid_event(rejected) from None
 
     # -- delete ----------------------------------------------------------------------------------------------------
 
@@ -732,6 +780,27 @@ class SessionService:
             ledger.changed(key.tenant, -1, -size)
         finally:
             ledger.leave(key.tenant)
+
+
+# Bytes a new event's line may gain when it is stored: its seq and time members, and the newline.
+_EVENT_STAMP_BYTES = 48
+
+
+def _line_bound(event: Any) -> int:
+    """At least the bytes ``event``'s stored line will take (before it is checked: it may not encode at all)."""
+    try:
+        return len(orjson.dumps(event)) + _EVENT_STAMP_BYTES
+    except TypeError:  # a value of the lossless parser orjson does not know: its text is as long
+        return len(str(event)) + _EVENT_STAMP_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class _Boundary:
+    """Where a fork's seed ends, as the request named it (at most one of them)."""
+
+    seq: int | None
+    turn: int | None
+    message_id: str | None
 
 
 def _after(session: Session, staged: StagedEvents) -> Session:

@@ -34,6 +34,10 @@ SESSION_FIELDS = {
     "openTurn",
     "lastTurnEndSeq",
     "forkable",
+    "updatedAt",
+    "title",
+    "preview",
+    "bytes",
 }
 GENERATED_ID = re.compile(r"session-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 

@@ -19,7 +19,7 @@ from tests.api.conftest import ClientFactory
 pytestmark = pytest.mark.files_only
 
 # What differs between two runs of the same requests: clocks and the random parts of a new session.
-VOLATILE = {"time", "createdAt", "instance", "requestId"}
+VOLATILE = {"time", "createdAt", "updatedAt", "instance", "requestId"}
 
 REQUESTS: list[tuple[str, Any, dict[str, str]]] = [
     ("/sessions/s/events", {"events": open_turn(1)}, {}),

@@ -49,6 +49,10 @@ def test_append_assigns_seq_and_time_and_answers_the_session(client: TestClient)
         "openTurn": None,
         "lastTurnEndSeq": 8,
         "forkable": True,
+        "updatedAt": times[-1],
+        "title": None,
+        "preview": "question 1",
+        "bytes": body["session"]["bytes"],
     }
     assert events_of(client, "s") == stored
 

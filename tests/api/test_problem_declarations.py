@@ -244,6 +244,7 @@ def serving_cases() -> Iterator[tuple[str, Request]]:
         yield operation_id, ("POST", _path(operation_id, "open"), {"json": {}})
     yield "fork_session", ("POST", "/sessions/s/fork", {"json": {"sessionId": "open"}})
     yield "fork_session", ("POST", "/sessions/s/fork", {"json": {"sessionId": "bad"}})
+    yield "fork_session", ("POST", "/sessions/s/fork", {"json": {"atSeq": 8, "events": [bad_event]}})
 
 
 def quota_cases() -> Iterator[tuple[str, Request]]:

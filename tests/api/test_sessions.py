@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from starlette.testclient import TestClient
 
@@ -47,7 +49,15 @@ def test_create_without_a_body_makes_an_empty_session_with_a_generated_id(client
         "openTurn": None,
         "lastTurnEndSeq": None,
         "forkable": True,
+        "updatedAt": session["createdAt"],
+        "title": None,
+        "preview": None,
+        "bytes": session["bytes"],
     }
+    assert session["bytes"] == len(
+        f'{{"type":"session","version":0,"id":"{session["id"]}","createdAt":'
+        f'{session["createdAt"]},"delegationDepth":0,"instance":"{session["instance"]}"}}\n'
+    )
 
 
 def test_create_keeps_the_given_id_and_the_meta(client: TestClient) -> None:
@@ -143,6 +153,7 @@ def test_get_session_follows_the_log(client: TestClient) -> None:
     append(client, "s", open_turn(1))
 
     session = get_session(client, "s")
+    stored = client.get("/sessions/s/events").json()["events"]
 
     assert session == created | {
         "eventCount": 4,
@@ -150,6 +161,9 @@ def test_get_session_follows_the_log(client: TestClient) -> None:
         "openTurn": 1,
         "lastTurnEndSeq": None,
         "forkable": False,
+        "updatedAt": stored[-1]["time"],
+        "preview": "question 1",
+        "bytes": created["bytes"] + sum(len(json.dumps(event, separators=(",", ":"))) + 1 for event in stored),
     }
 
 

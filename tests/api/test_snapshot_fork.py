@@ -135,6 +135,10 @@ def test_fork_creates_the_child_from_the_whole_log(client: TestClient) -> None:
         "openTurn": None,
         "lastTurnEndSeq": 17,
         "forkable": True,
+        "updatedAt": child["createdAt"],  # the child is as new as the fork
+        "title": None,
+        "preview": "question 1",
+        "bytes": child["bytes"],
     }
     assert events_of(client, "child") == events_of(client, "src")
     assert history_of(client, "child") == history_of(client, "src")
@@ -192,7 +196,7 @@ def test_a_snapshot_posted_as_is_creates_the_forks_child(client: TestClient) -> 
     assert created.status_code == 201, created.text
     made = created.json()
     assert {key: made[key] for key in LINEAGE} == {key: forked[key] for key in LINEAGE}
-    different = ("id", "instance", "createdAt")
+    different = ("id", "instance", "createdAt", "updatedAt", "bytes")  # the header holds the id
     assert {k: v for k, v in made.items() if k not in different} == {
         k: v for k, v in forked.items() if k not in different
     }

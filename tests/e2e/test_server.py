@@ -108,7 +108,8 @@ def check_walk_answers(answers: list[Answer]) -> None:
         "turn/end",
     ]
     assert all(isinstance(event["time"], int) for event in events)
-    assert appended.json()["session"] | {"instance": None, "createdAt": None} == {
+    appended_session = appended.json()["session"]
+    assert appended_session | {"instance": None, "createdAt": None, "bytes": None} == {
         "id": "demo",
         "instance": None,
         "createdAt": None,
@@ -123,6 +124,10 @@ def check_walk_answers(answers: list[Answer]) -> None:
         "openTurn": None,
         "lastTurnEndSeq": 5,
         "forkable": True,
+        "updatedAt": events[-1]["time"],
+        "title": None,
+        "preview": "Hello",
+        "bytes": None,
     }
 
     child = forked.json()

@@ -131,9 +131,9 @@ class StoreHarness:
         self, *, parent: str | None = None, limit: int = 100, cursor: str | None = None
     ) -> tuple[list[Session], str | None]:
         """A page of the list and its opaque cursor, as ``GET /sessions`` gives them."""
-        after = decode_cursor(cursor) if cursor is not None else None
-        sessions, last = self.run(self.service.page(self.tenant, parent=parent, after=after, limit=limit))
-        return sessions, encode_cursor(last) if last is not None else None
+        after = decode_cursor(cursor)[0] if cursor is not None else None
+        found, last = self.run(self.service.page(self.tenant, parent=parent, after=after, limit=limit))
+        return [session for session, _ in found], encode_cursor(last) if last is not None else None
 
 
 def refused(code: ErrorCode, call: Callable[..., Any], *args: Any, **kwargs: Any) -> ForklogError:

@@ -10,7 +10,8 @@ from fastapi.responses import Response, StreamingResponse
 
 from app.api.idempotency import answer_response, idempotent_request
 from app.api.openapi import SESSION_ID, operation
-from app.api.requests import FORK, SNAPSHOT
+from app.api.problems import invalid_request
+from app.api.requests import FORK, FORK_BOUNDARIES, SNAPSHOT
 from app.api.routing import body_of, key_of, new_router, service_of
 from app.api.schemas import SessionOut, SnapshotOut
 from app.api.wire import created_answer, json_array_pieces, session_json
@@ -59,7 +60,13 @@ async def snapshot_session(request: Request) -> Response:
     **operation(
         SessionOut,
         body=FORK,
-        refusals=(*SESSION_ID, ErrorCode.SESSION_ALREADY_EXISTS, *_BOUNDARY_REFUSALS, ErrorCode.QUOTA_EXCEEDED),
+        refusals=(
+            *SESSION_ID,
+            ErrorCode.SESSION_ALREADY_EXISTS,
+            *_BOUNDARY_REFUSALS,
+            ErrorCode.INVALID_EVENT,
+            ErrorCode.QUOTA_EXCEEDED,
+        ),
         idempotent=True,
         created=True,
     ),
@@ -68,6 +75,13 @@ async def fork_session(request: Request) -> Response:
     key = key_of(request)
     body = await body_of(request, empty_is_object=True)
     members = FORK.parse(body)
+    given = [name for name in FORK_BOUNDARIES if members[name] is not None]
+    if len(given) > 1:
+        raise invalid_request(given[1], f"give at most one of {', '.join(FORK_BOUNDARIES)}")
+    if members["atTurn"] is not None and members["atTurn"] < 0:
+        raise invalid_request("atTurn", "must be a turn number, 0 or more")
+    if members["atMessageId"] == "":
+        raise invalid_request("atMessageId", "must be a message id, not empty")
     service = service_of(request)
 
     async def work(claim: Claim | None) -> Answer:
@@ -75,6 +89,10 @@ async def fork_session(request: Request) -> Response:
             key,
             child_id=members["sessionId"],
             at_seq=members["atSeq"],
+            at_turn=members["atTurn"],
+            at_message_id=members["atMessageId"],
+            events=members["events"],
+            breaks=body.element_breaks("events"),
             instance=members["instance"],
             expected_seq=members["expectedSeq"],
             remember=claim.for_session(created_answer) if claim is not None else None,

@@ -7,11 +7,20 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from app.api.idempotency import answer_response, idempotent_request
+from app.api.listing import list_query_of, query_digest
 from app.api.openapi import SESSION_ID, operation
+from app.api.problems import invalid_request
 from app.api.requests import CREATE, LIST_QUERY
 from app.api.routing import body_of, json_response, key_of, new_router, service_of, tenant_of
 from app.api.schemas import SessionOut, SessionPage
-from app.api.wire import created_answer, decode_cursor, encode_cursor, session_json, session_payload
+from app.api.wire import (
+    created_answer,
+    decode_cursor,
+    encode_cursor,
+    match_json,
+    session_json,
+    session_payload,
+)
 from app.domain.errors import ErrorCode
 from app.service.idempotency import Answer, Claim
 
@@ -59,18 +68,32 @@ async def create_session(request: Request) -> Response:
 
 @router.get(
     "/sessions",
-    summary="List sessions in creation order",
+    summary="List sessions by creation or by last activity, filtered or searched",
     **operation(SessionPage, query=LIST_QUERY),
 )
 async def list_sessions(request: Request) -> Response:
     query = LIST_QUERY.parse(request.query_params)
-    # A malformed cursor is request syntax: refused before readiness (spec 2.3).
-    after = decode_cursor(query["cursor"]) if query["cursor"] is not None else None
-    sessions, last = await service_of(request).page(
-        tenant_of(request), parent=query["parent"], after=after, limit=query["limit"]
+    listing = list_query_of(query)
+    belongs_to = query_digest(listing, query)
+    after = None
+    if query["cursor"] is not None:
+        # A malformed cursor is request syntax: refused before readiness (spec 2.3); so is one of another query.
+        after, made_for = decode_cursor(query["cursor"])
+        if made_for != belongs_to:
+            raise invalid_request(
+                "cursor",
+                "belongs to another query",
+                "the cursor was made for another order, direction, filter or q; start again without it",
+            )
+    found, last = await service_of(request).page(
+        tenant_of(request), parent=query["parent"], after=after, limit=query["limit"], query=listing, q=query["q"]
     )
-    items = [session_json(session) for session in sessions]
-    return json_response(orjson.dumps({"items": items, "nextCursor": encode_cursor(last) if last else None}))
+    items = [
+        session_json(session) if match is None else {**session_json(session), "match": match_json(match)}
+        for session, match in found
+    ]
+    next_cursor = encode_cursor(last, belongs_to) if last else None
+    return json_response(orjson.dumps({"items": items, "nextCursor": next_cursor}))
 
 
 @router.get("/sessions/{id}", summary="One session", **operation(SessionOut, refusals=SESSION_ID))

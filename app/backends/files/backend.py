@@ -48,6 +48,7 @@ from app.backends.memory import live_prefix, log_chunks
 from app.backends.observer import StorageObserver
 from app.backends.usage import catalog_log_bytes, catalog_usage
 from app.domain.errors import SessionAlreadyExists
+from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey, head_of
 
@@ -65,12 +66,13 @@ HEADER_PROBE_BYTES = 64 * 1024
 @dataclass(frozen=True, slots=True)
 class _BodyCopy:
     """Where a fork's lines are copied from: the first ``size`` bytes after the header of ``path``, if its header
-    still names the incarnation ``instance`` of ``source_id``."""
+    still names the incarnation ``instance`` of ``source_id``; the fork's own events (``then``) follow them."""
 
     path: Path
     source_id: str
     instance: str
     size: int
+    then: bytes = b""
 
 
 # The name of a request's wait for its durable write, in its trace.
@@ -245,9 +247,16 @@ class FileBackend:
         return live.view() if live is not None else None
 
     async def page(
-        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
+        self,
+        tenant: str,
+        *,
+        parent: str | None,
+        after: OrderKey | None,
+        limit: int,
+        query: ListQuery = DEFAULT_QUERY,
     ) -> list[Session]:
-        return [live.view() for live in self.catalog.page(tenant, parent=parent, after=after, limit=limit)]
+        found = self.catalog.page(tenant, parent=parent, after=after, limit=limit, query=query)
+        return [live.view() for live in found]
 
     async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
         live = self.catalog.get(key)
@@ -283,7 +292,9 @@ class FileBackend:
         if isinstance(seed, SeedPrefix) and seed.count:
             source = self.catalog.get(seed.source)
             if source is not None and source.checkpointed >= 0:  # its file holds the log's bytes: copy them there
-                copy_from = _BodyCopy(self.datadir.log_path(seed.source), seed.source.id, seed.instance, log.byte_size)
+                size = log.offset(seed.count)
+                path = self.datadir.log_path(seed.source)
+                copy_from = _BodyCopy(path, seed.source.id, seed.instance, size, log.lines(seed.count))
         header = self.catalog.new_header(key, instance, lineage)
         records = [remember(Session(key, header, head_of(log.state)))] if remember is not None else []
         self.remembered.check_free(records)
@@ -433,6 +444,8 @@ class FileBackend:
                     return False  # the source's file is shorter than its log: write the lines from memory
                 offset += copied
                 remaining -= copied
+            if copy.then:  # the fork's own events: the child's file is whole before it is linked in place
+                ops.write_all(target, copy.then)
         except OSError:
             return False
         finally:
@@ -459,6 +472,7 @@ class FileBackend:
                 log_path, staged.lines, instance=live.header.instance, cut_record=cut_record, events=events
             )
         live.log.commit(staged)
+        self.catalog.touch(live)
         self.remembered.keep(placed)
         if self._checkpointer is not None:
             self._checkpointer.touch(live)

@@ -224,16 +224,8 @@ def _described(description: Buffer, count: int) -> tuple[LogState, list[Checkpoi
 
 
 def _head(description: Buffer, count: int) -> LogHead:
-    last_time, last_type, last_turn_end_seq, open_turn = orjson.loads(description)[:4]
-    return head_of(
-        LogState(
-            count=count,
-            last_time=last_time,
-            last_type=last_type,
-            last_turn_end_seq=last_turn_end_seq,
-            open_turn=open_turn,
-        )
-    )
+    *columns, _ = orjson.loads(description)
+    return head_of(LogState.of_columns(columns, count=count))
 
 
 def decode_record(payload: bytes | memoryview) -> Record:
@@ -424,6 +416,10 @@ class ColdLog(bytes):
     def of(cls, record: Record, lines: Buffer) -> ColdLog | None:
         """The frozen form of a whole log's one ``record`` and its ``lines``; None if they are too large for it."""
         json_length, ends_length, surface_length, turns_length = record._lengths
+        try:  # a record an older forklog wrote lacks what the Session resource says now: the log is checked instead
+            _head(memoryview(record.payload)[record._at : record._at + json_length], record.stop)
+        except (ValueError, TypeError):
+            return None
         head = cls._HEAD.pack(json_length, ends_length, surface_length, turns_length)
         narrow = record.narrow_columns()
         if narrow is not None and sys.byteorder == "little":  # as it lies in the record: nothing to convert
@@ -461,3 +457,13 @@ class ColdLog(bytes):
     def body_bytes(self) -> int:
         _, json_length, ends, surface, turns = self._description()
         return len(self) - self._HEAD.size - json_length - 2 * (ends + surface + turns)
+
+    def last_time(self) -> int | None:
+        """The first column of the description, read without parsing the rest (a start asks it of every session)."""
+        description = self._description()[0]
+        text = bytes(description[1:24])
+        comma = text.find(b",")
+        try:
+            return None if text[:comma] == b"null" else int(text[:comma])
+        except ValueError:
+            return self.head().last_time

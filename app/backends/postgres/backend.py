@@ -53,8 +53,10 @@ from app.domain.events import LogState
 from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.ids import new_instance
 from app.domain.limits import NO_LIMITS
-from app.domain.log import SessionLog, StagedEvents
+from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
+from app.domain.log import SessionLog, StagedEvents, replace_targets, stage
 from app.domain.session import HEADER_FIELDS, Session, SessionHeader, SessionKey, head_of
+from app.domain.summary import TITLE_TYPE, title_of
 
 __all__ = ["PostgresBackend"]
 
@@ -299,14 +301,15 @@ class PostgresBackend:
         return _session_of(key, row) if row is not None else None
 
     async def page(
-        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
+        self,
+        tenant: str,
+        *,
+        parent: str | None,
+        after: OrderKey | None,
+        limit: int,
+        query: ListQuery = DEFAULT_QUERY,
     ) -> list[Session]:
-        params: list[Any] = [tenant, limit]
-        if parent is not None:
-            params.append(parent)
-        if after is not None:
-            params.extend(after)
-        statement = queries.page_query(parent=parent is not None, after=after is not None)
+        statement, params = queries.page_query(tenant, limit, parent=parent, after=after, query=query)
         async with self._connection(Access.READ) as conn:
             rows = await conn.fetch(statement, *params)
         return [_session_of(SessionKey(tenant, row["id"]), row) for row in rows]
@@ -509,6 +512,7 @@ class PostgresBackend:
                     raise ChangeRefused(f'session "{seed.source.id}" holds fewer events than the fork was checked on')
                 parent: int | None = None
                 state = LogState()
+                chain: Chain | None = None
                 if count > 0:
                     chain = await self._chains.get(conn, source["log"])
                     # The child reads its seed from the log that stores the seed's last event (and its parents):
@@ -517,14 +521,23 @@ class PostgresBackend:
                     turn_end = await conn.fetchrow(queries.TURN_END, parent, count - 1)
                     if turn_end is None:
                         raise ChangeRefused(f"the fork's seed no longer ends at a stored turn/end (seq {count - 1})")
-                    state = fork_state(count, turn_end["time"], decode_checkpoint(turn_end["checkpoint"]))
+                    point, body_bytes = decode_checkpoint(turn_end["checkpoint"])
+                    whole = decode_state(source["state"], source["count"], [])
+                    state = fork_state(count, turn_end["time"], point, body_bytes, whole)
+                    if whole.title_seq is not None and whole.title_seq >= count:
+                        state.title, state.title_seq = await self._last_title(conn, chain, count)
+                rows = empty
+                added = 0  # the bytes of the events appended after the seed
+                if seed.then:
+                    staged = await self._stage_after_seed(conn, chain, state, seed)
+                    rows, state, added = Rows.of_staged(staged).params(), staged.state, len(staged.lines)
                 # A fork counts its whole log (spec 14), measured now only when a bytes quota needs it.
                 limits = self._limits_of(key.tenant)
                 known: int | None = None
                 if count == 0 or limits.max_bytes is not None:
                     known = await seed_bytes(conn, self._chains, source["log"], count)
                     child = SessionHeader(id=key.id, created_at=0, instance=instance, **lineage)
-                    known += bytes_without_created_at(child)
+                    known += bytes_without_created_at(child) + added
                 await check_quota(conn, self._chains, key.tenant, limits, 1, (known or 0) + len(str(self._clock())))
                 made = await conn.fetchrow(
                     queries.CREATE_SESSION,
@@ -534,11 +547,11 @@ class PostgresBackend:
                     self._clock(),
                     *_lineage_params(lineage),
                     log_id,
-                    count,
+                    state.count,
                     encode_state(state),
                     parent,
                     count if parent is not None else 0,
-                    *empty,
+                    *rows,
                     known,
                 )
                 if made is None:
@@ -549,6 +562,26 @@ class PostgresBackend:
                     await conn.execute(queries.INSERT_REMEMBERED, *_remembered_params(remember(session)))
         self._changed(key, made["change_seq"])
         return session
+
+    async def _last_title(self, conn: Connection, chain: Chain, stop: int) -> tuple[str | None, int | None]:
+        """The title of the last session/title event before ``stop``, and its seq."""
+        for row in await conn.fetch(queries.TITLE_CANDIDATES, *chain.arrays(0, stop)):
+            event = orjson.loads(row["line"])
+            if event.get("type") == TITLE_TYPE:
+                return title_of(event.get("data")), row["seq"]
+        return None, None
+
+    async def _stage_after_seed(
+        self, conn: Connection, chain: Chain | None, state: LogState, seed: SeedPrefix
+    ) -> StagedEvents:
+        """A fork's ``events`` checked as an append to its seed (whose state is ``state``, nodes not included)."""
+        events: dict[int, Any] = {}
+        if chain is not None:
+            state.nodes = fold_surface(await self._surface(conn, chain, 0, seed.count))
+            wanted = [seq for seq in replace_targets(seed.then) if 0 <= seq < seed.count]
+            events = await self._events_at(conn, chain, wanted)
+        breaks = dict(seed.breaks) if seed.breaks else None
+        return stage(StoredTip(state, events), seed.then, appended=True, now=seed.now, breaks=breaks)
 
     async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[Remembered] = ()) -> None:
         cached = self._tips.get(key)

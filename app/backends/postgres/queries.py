@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from app.domain.listing import CREATED, ListQuery, OrderKey
+
 __all__ = [
     "APPEND",
     "APPEND_REMEMBERING",
@@ -23,6 +27,7 @@ __all__ = [
     "SESSION_COLUMNS",
     "SURFACE",
     "TENANTS",
+    "TITLE_CANDIDATES",
     "TURN_END",
     "page_query",
 ]
@@ -34,20 +39,33 @@ SESSION_COLUMNS = (
 FIND = f"SELECT {SESSION_COLUMNS} FROM forklog_sessions WHERE tenant = $1 AND id = $2"
 
 
-def page_query(*, parent: bool, after: bool) -> str:
-    """A page of a tenant's sessions in creation order: $1 tenant, $2 limit, then the parent, then the (createdAt, id)
-    to start after."""
+def page_query(
+    tenant: str, limit: int, *, parent: str | None, after: OrderKey | None, query: ListQuery
+) -> tuple[str, list[Any]]:
+    """A page of a tenant's sessions in the query's order (by (created_at, id) or (updated_at, id), each served by
+    an index on (tenant, that column, id)) after the key ``after``, with its filters; and its parameters."""
+    params: list[Any] = [tenant, limit]
     conditions = ["tenant = $1"]
-    next_param = 3
-    if parent:
-        conditions.append(f"parent_session = ${next_param}")
-        next_param += 1
-    if after:
-        conditions.append(f"(created_at, id) > (${next_param}, ${next_param + 1})")
-    return (
+    for column, value in (
+        ("parent_session", parent),
+        ("cwd", query.cwd),
+        ("origin", query.origin),
+        ("agent_preset", query.agent_preset),
+    ):
+        if value is not None:
+            params.append(value)
+            conditions.append(f"{column} = ${len(params)}")
+    column = "created_at" if query.order == CREATED else "updated_at"
+    if after is not None:
+        params.extend(after)
+        comparison = "<" if query.descending else ">"
+        conditions.append(f"({column}, id) {comparison} (${len(params) - 1}, ${len(params)})")
+    direction = " DESC" if query.descending else ""
+    statement = (
         f"SELECT id, {SESSION_COLUMNS} FROM forklog_sessions WHERE {' AND '.join(conditions)} "
-        "ORDER BY created_at, id LIMIT $2"
+        f"ORDER BY {column}{direction}, id{direction} LIMIT $2"
     )
+    return statement, params
 
 
 COUNT_SESSIONS = "SELECT count(*) FROM forklog_sessions"
@@ -84,6 +102,15 @@ FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS p(log, lo, hi)
 JOIN forklog_surface s ON s.log = p.log AND s.seq >= p.lo AND s.seq < p.hi
 ORDER BY s.seq
 """
+# The lines that may be session/title events among a chain's pieces ($1 logs, $2 starts, $3 stops), last first
+# (the caller parses each to confirm: the name may stand in a message's text).
+TITLE_CANDIDATES = """
+SELECT e.seq, convert_to(e.line, 'UTF8') AS line
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS p(log, lo, hi)
+JOIN forklog_events e ON e.log = p.log AND e.seq >= p.lo AND e.seq < p.hi
+WHERE strpos(e.line, '"session/title"') > 0
+ORDER BY e.seq DESC
+"""
 TURN_END = "SELECT time, checkpoint FROM forklog_turn_ends WHERE log = $1 AND seq = $2"
 INCARNATION_LOG = "SELECT id FROM forklog_logs WHERE tenant = $1 AND session_id = $2 AND instance = $3"
 
@@ -92,7 +119,8 @@ INCARNATION_LOG = "SELECT id FROM forklog_logs WHERE tenant = $1 AND session_id 
 _APPEND_HEAD = """
 WITH head AS (
     UPDATE forklog_sessions SET count = $4, state = $5, change_seq = nextval('forklog_changes'),
-        bytes = bytes + (SELECT coalesce(sum(octet_length(u.line) + 1), 0) FROM unnest($8::text[]) AS u(line))
+        bytes = bytes + (SELECT coalesce(sum(octet_length(u.line) + 1), 0) FROM unnest($8::text[]) AS u(line)),
+        updated_at = GREATEST(updated_at, ($5::text::jsonb ->> 0)::bigint)
     WHERE tenant = $1 AND id = $2 AND log = $3 AND count = $6
     RETURNING log, change_seq
 ), events AS (
@@ -128,7 +156,9 @@ INSERT_REMEMBERED = (
 )
 
 # A fork's source must be live (that incarnation) until the fork commits: KEY SHARE keeps a delete out, not appends.
-CLAIM_SOURCE = "SELECT log, count FROM forklog_sessions WHERE tenant = $1 AND id = $2 AND instance = $3 FOR KEY SHARE"
+CLAIM_SOURCE = (
+    "SELECT log, count, state FROM forklog_sessions WHERE tenant = $1 AND id = $2 AND instance = $3 FOR KEY SHARE"
+)
 
 # A new session, one statement: $1 tenant, $2 id, $3 instance, $4 now (or the restored createdAt), $5..$10 the
 # header's optional fields, $11 log, $12 count, $13 state, $14 parent log, $15 parent count, $16..$23 the seed's
@@ -140,9 +170,10 @@ CLAIM_SOURCE = "SELECT log, count FROM forklog_sessions WHERE tenant = $1 AND id
 _NEW_SESSION = """
 , session AS (
     INSERT INTO forklog_sessions (tenant, id, instance, created_at, cwd, parent_session, seed_length, origin,
-                                  delegation_depth, agent_preset, log, count, state, change_seq, bytes)
+                                  delegation_depth, agent_preset, log, count, state, change_seq, bytes, updated_at)
     SELECT $1, $2, $3, clock.created_at, $5, $6, $7, $8, $9, $10, $11, $12, $13, nextval('forklog_changes'),
-           $24::bigint + length(clock.created_at::text)
+           $24::bigint + length(clock.created_at::text),
+           GREATEST(clock.created_at, COALESCE(($13::text::jsonb ->> 0)::bigint, clock.created_at))
     FROM clock
     ON CONFLICT (tenant, id) DO NOTHING
     RETURNING created_at, change_seq

@@ -32,6 +32,7 @@ class Rows:
         surface: Sequence[SurfaceChange],
         checkpoints: Mapping[int, Checkpoint],
         time_of: Any,
+        end_of: Any,
     ) -> Rows:
         texts = lines.decode().split("\n")[:-1] if lines else []
         turn_ends = sorted(checkpoints)
@@ -43,14 +44,20 @@ class Rows:
             surface_ends=[change[2] for change in surface],
             turn_end_seqs=turn_ends,
             turn_end_times=[int(time_of(seq)) for seq in turn_ends],
-            turn_end_checkpoints=[encode_checkpoint(checkpoints[seq]) for seq in turn_ends],
+            turn_end_checkpoints=[encode_checkpoint(checkpoints[seq], end_of(seq)) for seq in turn_ends],
         )
 
     @classmethod
     def of_staged(cls, staged: StagedEvents) -> Rows:
         base = staged.base_count
+        base_bytes = staged.state.body_bytes - len(staged.lines)
         return cls.of(
-            base, staged.lines, staged.surface_ops, staged.checkpoints, lambda seq: staged.events[seq - base]["time"]
+            base,
+            staged.lines,
+            staged.surface_ops,
+            staged.checkpoints,
+            lambda seq: staged.events[seq - base]["time"],
+            lambda seq: base_bytes + staged.ends[seq - base],
         )
 
     @classmethod
@@ -59,7 +66,9 @@ class Rows:
         flat = parts.surface
         surface = [(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
         checkpoints = dict(zip(parts.turn_ends, parts.checkpoints, strict=True))
-        return cls.of(0, log.lines(), surface, checkpoints, lambda seq: log.event(seq)["time"])
+        return cls.of(
+            0, log.lines(), surface, checkpoints, lambda seq: log.event(seq)["time"], lambda seq: log.offset(seq + 1)
+        )
 
     def take_events(self) -> tuple[list[int], list[str]]:
         """The event columns, leaving none here (they are copied in separately)."""

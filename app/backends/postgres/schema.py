@@ -10,7 +10,8 @@ Tables (every name starts with ``forklog_``):
 - ``sessions``: one row per live session, keyed by (tenant, id) (compared byte by byte, ``COLLATE "C"``, so that
   lists are in the same order whatever the database's locale): the header, the log it reads (``log``), its length
   (``count``, the head an append is conditional on), the rules' state after its last event (``state``, JSON without
-  the surface nodes) and ``change_seq`` (from a global sequence, for the change poll).
+  the surface nodes), ``updated_at`` (its last activity, for the order of spec 12) and ``change_seq`` (from a global
+  sequence, for the change poll).
 - ``logs``: the stored logs. A session incarnation has its own log; a fork's log starts with the first
   ``parent_count`` events of its ``parent`` log (shared rows, not copies) and holds its own rows from there on.
   ``orphaned_at`` is set when its session is deleted (the sweep reclaims what no live session still reads).
@@ -136,6 +137,15 @@ MIGRATIONS: tuple[str, ...] = (
     # session of an older forklog, or a fork at an earlier boundary while its tenant has no bytes quota).
     """
     ALTER TABLE forklog_sessions ADD COLUMN bytes bigint;
+    """,
+    # 4: the order by last activity (spec 12): updatedAt, the later of created_at and the last event's time (the
+    # first column of the state), kept by every create and append.
+    """
+    ALTER TABLE forklog_sessions ADD COLUMN updated_at bigint;
+    UPDATE forklog_sessions
+        SET updated_at = GREATEST(created_at, COALESCE((state::jsonb ->> 0)::bigint, created_at));
+    ALTER TABLE forklog_sessions ALTER COLUMN updated_at SET NOT NULL;
+    CREATE INDEX forklog_sessions_updated ON forklog_sessions (tenant, updated_at, id);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

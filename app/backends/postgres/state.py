@@ -27,17 +27,22 @@ def decode_state(text: str, count: int, nodes: list[int]) -> LogState:
     return LogState.of_columns(orjson.loads(text), count=count, nodes=nodes)
 
 
-def encode_checkpoint(point: Checkpoint) -> str:
-    return orjson.dumps(point.columns()).decode()
+def encode_checkpoint(point: Checkpoint, body_bytes: int) -> str:
+    """A turn/end's checkpoint with the bytes of the lines up to it (a fork's seed's ``bytes``)."""
+    return orjson.dumps([*point.columns(), body_bytes]).decode()
 
 
-def decode_checkpoint(text: str) -> Checkpoint:
-    next_turn, next_step, pending = orjson.loads(text)
-    return checkpoint(next_turn, next_step, frozenset(pending))
+def decode_checkpoint(text: str) -> tuple[Checkpoint, int]:
+    """The checkpoint and the bytes of the lines up to its turn/end."""
+    next_turn, next_step, pending, body_bytes = orjson.loads(text)
+    return checkpoint(next_turn, next_step, frozenset(pending)), int(body_bytes)
 
 
-def fork_state(count: int, last_time: Any, checkpoint: Checkpoint) -> LogState:
-    """The state of a seed of ``count`` events ending at a ``turn/end`` (surface nodes not included)."""
+def fork_state(count: int, last_time: Any, checkpoint: Checkpoint, body_bytes: int, source: LogState) -> LogState:
+    """The state of a seed of ``count`` events ending at a ``turn/end`` (surface nodes not included), of a log whose
+    whole state is ``source``: its preview is the seed's if the seed holds its event (its title is set by the
+    caller when the seed ends before the source's last title)."""
+    in_seed = source.preview_seq is not None and source.preview_seq < count
     return LogState(
         count=count,
         last_time=last_time,
@@ -48,4 +53,9 @@ def fork_state(count: int, last_time: Any, checkpoint: Checkpoint) -> LogState:
         next_turn=checkpoint.next_turn,
         next_step=checkpoint.next_step,
         pending=set(checkpoint.pending),
+        body_bytes=body_bytes,
+        title=source.title,
+        title_seq=source.title_seq,
+        preview=source.preview if in_seed else None,
+        preview_seq=source.preview_seq if in_seed else None,
     )

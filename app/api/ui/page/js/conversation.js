@@ -8,10 +8,12 @@ const STEP = 150; // items rendered per "show earlier" / "show later"
 const MOST = 600; // the window never holds more: following a busy session drops the oldest
 
 export class ConversationView {
-  constructor(container, { sessionId, onFork }) {
+  constructor(container, { sessionId, onFork, onEdit }) {
     this.container = container;
     this.sessionId = sessionId;
     this.onFork = onFork;
+    this.onEdit = onEdit;
+    this.turns = { of: new Map(), ended: new Set() }; // a user message's turn, and the turns that have ended
     this.conversation = null;
     this.slots = new Map(); // call id -> its result's element, for results that arrive later
     this.lo = 0;
@@ -26,6 +28,7 @@ export class ConversationView {
   /** Shows `conversation`, its latest items. */
   show(conversation) {
     this.conversation = conversation;
+    this.learnTurns(conversation.items);
     const count = conversation.items.length;
     this.lo = Math.max(0, count - STEP);
     this.hi = count;
@@ -33,8 +36,31 @@ export class ConversationView {
     this.renderWindow();
   }
 
+  /** Which turn each user message opened, and which turns have ended ("Edit and fork" needs an ended turn). */
+  learnTurns(items) {
+    let turn = null;
+    for (const item of items) {
+      if (item.kind === "turn-start") turn = item.turn;
+      else if (item.kind === "turn-end") this.turns.ended.add(item.turn);
+      else if (item.kind === "message" && item.message?.role === "user" && turn !== null) this.turns.of.set(item.seq, turn);
+    }
+  }
+
+  /** The turn a user message may be edited in (an ended one), or null. */
+  editableTurn(item) {
+    const turn = this.turns.of.get(item.seq);
+    return turn !== undefined && this.turns.ended.has(turn) && Number.isInteger(turn) && turn >= 1 ? turn : null;
+  }
+
   element(item) {
-    const context = { sessionId: this.sessionId, conversation: this.conversation, slots: this.slots, onFork: this.onFork };
+    const context = {
+      sessionId: this.sessionId,
+      conversation: this.conversation,
+      slots: this.slots,
+      onFork: this.onFork,
+      onEdit: this.onEdit,
+      editableTurn: (message) => this.editableTurn(message),
+    };
     return item.kind === "message" ? messageElement(item, context) : boundaryElement(item, context);
   }
 
@@ -103,6 +129,18 @@ export class ConversationView {
       return;
     }
     if (!change.appended) return;
+    const ended = change.appended.filter((item) => item.kind === "turn-end").map((item) => item.turn);
+    this.learnTurns(change.appended);
+    if (ended.length) {
+      // A turn that ended just now: its user messages may be edited from now on.
+      for (const element of this.list.querySelectorAll(".message-user")) {
+        const seq = Number(element.dataset.seq);
+        if (ended.includes(this.turns.of.get(seq)) && !element.querySelector(".edit-fork")) {
+          const item = this.conversation.items.find((candidate) => candidate.kind === "message" && candidate.seq === seq);
+          if (item) element.replaceWith(this.element(item));
+        }
+      }
+    }
     const count = this.conversation.items.length;
     const atEnd = this.hi === count - change.appended.length;
     if (!atEnd) {

@@ -1,4 +1,5 @@
-// The three modal dialogs (native <dialog>: focus stays inside, Escape cancels): the access key, a fork, a delete.
+// The modal dialogs (native <dialog>: focus stays inside, Escape cancels): the access key, a fork, an edit (fork
+// with the edited message), a delete.
 // A dialog whose action fails stays open and shows the problem, so the person can correct the input.
 
 import { replaceChildren } from "./dom.js";
@@ -77,6 +78,24 @@ export function forkDialog({ sessionId, atSeq, where, fork }) {
   byId("fork-where").textContent = where;
   replaceChildren(dialog.querySelector(".dialog-problem"));
   return run(dialog, () => fork(input.value.trim() || null, atSeq), input);
+}
+
+/** Edit a user message and fork before its turn: `fork(text)` does it and returns the child. */
+export function editDialog({ sessionId, where, text, fork }) {
+  const dialog = byId("edit-dialog");
+  const input = byId("edit-text");
+  input.value = text;
+  byId("edit-source").textContent = sessionId;
+  byId("edit-where").textContent = where;
+  replaceChildren(dialog.querySelector(".dialog-problem"));
+  return run(
+    dialog,
+    () => {
+      if (!input.value.trim()) throw { title: "The message is empty", detail: "write the message to send instead", errors: [] };
+      return fork(input.value);
+    },
+    input,
+  );
 }
 
 /** Ask before deleting `sessionId`; `remove()` deletes it. Resolves true once it is gone. */

@@ -1,48 +1,64 @@
-// The session list: GET /sessions page by page (creation order, nextCursor), or newest first (every page read,
-// then shown from the end), optionally only the children of one parent.
+// The session list: GET /sessions page by page with its cursors, newest first (order=updated: the most recently
+// active first) or in creation order, optionally only the children of one parent, or the answer to a search (q),
+// each match's snippet shown with the word marked.
 
 import { request } from "./api.js";
-import { formatCount, formatTime, h, replaceChildren, sessionLink } from "./dom.js";
+import { formatCount, formatTime, h, replaceChildren, sessionLink, shorten } from "./dom.js";
 import { problemBox } from "./problem.js";
 
 const SIZES = [25, 50, 100, 200];
-const ALL_PAGE = 1000; // the route's largest page, for reading every session (newest first)
+const WORD = /[\p{L}\p{N}]+/gu; // a search's words: runs of letters and digits (spec 12)
 
-/** The list's state in the URL fragment: #/?order=newest&parent=ID&limit=50&page=2 (cursors stay in memory). */
+/** The list's state in the URL fragment: #/?order=newest&parent=ID&limit=50&q=words (cursors stay in memory). */
 export function listParams(params) {
   const limit = Number(params.get("limit"));
   return {
     order: params.get("order") === "created" ? "created" : "newest",
     parent: params.get("parent") ?? "",
     limit: SIZES.includes(limit) ? limit : 50,
+    q: (params.get("q") ?? "").slice(0, 200),
   };
 }
 
-const listHref = ({ order, parent, limit }) => {
+const listHref = ({ order, parent, limit, q }) => {
   const query = new URLSearchParams({ order, limit: String(limit) });
   if (parent) query.set("parent", parent);
+  if (q) query.set("q", q);
   return `#/?${query}`;
 };
+
+/** A match's snippet as text with the query's first word marked (a <mark> element: never HTML from the data). */
+export function markedSnippet(snippet, q) {
+  const words = (q.match(WORD) ?? []).map((word) => word.toLowerCase());
+  if (!words.length) return [snippet];
+  const prefix = words.length === 1;
+  for (const found of snippet.matchAll(WORD)) {
+    const word = found[0].toLowerCase();
+    if (word === words[0] || (prefix && word.startsWith(words[0]))) {
+      const end = found.index + found[0].length;
+      return [snippet.slice(0, found.index), h("mark", {}, snippet.slice(found.index, end)), snippet.slice(end)];
+    }
+  }
+  return [snippet];
+}
 
 export class ListView {
   constructor(root) {
     this.root = root;
-    this.cursors = [null]; // creation order: the cursor of each page read so far (page 0 has none)
+    this.cursors = [null]; // the cursor of each page read so far (page 0 has none)
     this.page = 0;
-    this.all = null; // newest first: every session, read once
   }
 
   async open(params) {
     this.params = listParams(params);
     this.page = 0;
     this.cursors = [null];
-    this.all = null;
     this.buildFrame();
     await this.showPage();
   }
 
   buildFrame() {
-    const { order, parent, limit } = this.params;
+    const { order, parent, limit, q } = this.params;
     const orderSelect = h(
       "select",
       { id: "list-order", name: "order" },
@@ -51,17 +67,19 @@ export class ListView {
     );
     const parentInput = h("input", { id: "list-parent", name: "parent", value: parent, placeholder: "any", spellcheck: "false", autocomplete: "off" });
     const sizeSelect = h("select", { id: "list-limit", name: "limit" }, SIZES.map((size) => h("option", { value: size, selected: size === limit }, String(size))));
+    const searchInput = h("input", { id: "list-q", name: "q", type: "search", value: q, placeholder: "words in titles and messages", maxlength: "200", spellcheck: "false", autocomplete: "off" });
     const form = h(
       "form",
       {
         class: "list-controls",
         onsubmit: (event) => {
           event.preventDefault();
-          const next = listHref({ order: orderSelect.value, parent: parentInput.value.trim(), limit: Number(sizeSelect.value) });
+          const next = listHref({ order: orderSelect.value, parent: parentInput.value.trim(), limit: Number(sizeSelect.value), q: searchInput.value.trim() });
           if (location.hash === next) this.open(new URLSearchParams(next.slice(3)));
           else location.hash = next.slice(1);
         },
       },
+      h("div", { class: "field search-field" }, h("label", { for: "list-q" }, "Search"), searchInput),
       h("div", { class: "field" }, h("label", { for: "list-order" }, "Order"), orderSelect),
       h("div", { class: "field" }, h("label", { for: "list-parent" }, "Children of"), parentInput),
       h("div", { class: "field" }, h("label", { for: "list-limit" }, "Per page"), sizeSelect),
@@ -81,47 +99,41 @@ export class ListView {
   async showPage() {
     replaceChildren(this.body, h("p", { class: "muted loading", role: "status" }, "Reading sessions…"));
     try {
-      const { items, more } = this.params.order === "newest" ? await this.newestPage() : await this.createdPage();
+      const { items, more } = await this.readPage();
       this.render(items, more);
     } catch (problem) {
       replaceChildren(this.body, problemBox(problem));
     }
   }
 
-  async createdPage() {
-    const { parent, limit } = this.params;
-    const answer = await request("GET", "/sessions", { query: { limit, cursor: this.cursors[this.page], parent } });
+  /** One page, by its cursor: newest first is order=updated (the server keeps that order: no page is read twice). */
+  async readPage() {
+    const { order, parent, limit, q } = this.params;
+    const query = { limit, cursor: this.cursors[this.page], parent, q: q || null, order: order === "newest" ? "updated" : "created" };
+    const answer = await request("GET", "/sessions", { query });
     this.cursors[this.page + 1] = answer.nextCursor;
     return { items: answer.items, more: answer.nextCursor !== null };
   }
 
-  async newestPage() {
-    if (this.all === null) {
-      const all = [];
-      let cursor = null;
-      do {
-        const answer = await request("GET", "/sessions", { query: { limit: ALL_PAGE, cursor, parent: this.params.parent } });
-        all.push(...answer.items);
-        cursor = answer.nextCursor;
-        this.body.querySelector(".loading")?.replaceChildren(`Reading sessions… ${formatCount(all.length)}`);
-      } while (cursor !== null);
-      this.all = all.reverse();
-    }
-    const { limit } = this.params;
-    return { items: this.all.slice(this.page * limit, (this.page + 1) * limit), more: (this.page + 1) * limit < this.all.length };
-  }
-
   render(items, more) {
+    const { q, order } = this.params;
+    const named = (session) => {
+      const name = session.title ?? session.preview;
+      return [
+        h("span", { class: name ? "session-name" : "session-name muted" }, name ? shorten(name, 80) : "(untitled)"),
+        session.match ? h("p", { class: "snippet" }, markedSnippet(session.match.snippet, q)) : null,
+      ];
+    };
     const row = (session) =>
       h(
         "tr",
         { dataset: { id: session.id } },
         h("th", { scope: "row", "data-label": "Session" }, sessionLink(session.id)),
-        h("td", { "data-label": "Created" }, formatTime(session.createdAt)),
+        h("td", { "data-label": "Title", class: "title-cell" }, named(session)),
+        h("td", { "data-label": "Updated", class: "updated-cell" }, formatTime(session.updatedAt)),
         h("td", { "data-label": "Events", class: "number" }, formatCount(session.eventCount)),
         h("td", { "data-label": "Open turn", class: "open-turn-cell" }, session.openTurn === null ? "–" : `turn ${session.openTurn}`),
         h("td", { "data-label": "Forkable", class: "forkable-cell" }, session.forkable ? "yes" : "no"),
-        h("td", { "data-label": "Last event" }, session.lastEventType ?? "–"),
         h("td", { "data-label": "Parent" }, session.parentSession ? sessionLink(session.parentSession) : "–"),
       );
     const pager = h(
@@ -129,22 +141,24 @@ export class ListView {
       { class: "pager", "aria-label": "session pages" },
       h("button", { type: "button", disabled: this.page === 0, onclick: () => this.turnPage(-this.page) }, "First"),
       h("button", { type: "button", disabled: this.page === 0, onclick: () => this.turnPage(-1) }, "Previous"),
-      h("span", { class: "page-number" }, `Page ${this.page + 1}${this.all ? ` of ${Math.max(1, Math.ceil(this.all.length / this.params.limit))}` : ""}`),
+      h("span", { class: "page-number" }, `Page ${this.page + 1}`),
       h("button", { type: "button", disabled: !more, onclick: () => this.turnPage(1) }, "Next"),
       h("button", { type: "button", onclick: () => this.open(new URLSearchParams(location.hash.slice(3))) }, "Refresh"),
     );
+    const caption = `${q ? `Matching “${q}”, ` : ""}${order === "newest" ? "most recently active first" : "in creation order"}`;
     const table = h(
       "table",
       { class: "sessions" },
-      h("caption", { class: "muted" }, this.all ? `${formatCount(this.all.length)} sessions, newest first` : "In creation order"),
+      h("caption", { class: "muted" }, caption),
       h(
         "thead",
         {},
-        h("tr", {}, ["Session", "Created", "Events", "Open turn", "Forkable", "Last event", "Parent"].map((name) => h("th", { scope: "col" }, name))),
+        h("tr", {}, ["Session", "Title", "Updated", "Events", "Open turn", "Forkable", "Parent"].map((name) => h("th", { scope: "col" }, name))),
       ),
       h("tbody", {}, items.map(row)),
     );
-    replaceChildren(this.body, items.length ? table : h("p", { class: "empty" }, this.params.parent ? "This session has no children." : "No sessions yet."), pager);
+    const empty = q ? "No session matches." : this.params.parent ? "This session has no children." : "No sessions yet.";
+    replaceChildren(this.body, items.length ? table : h("p", { class: "empty" }, empty), pager);
   }
 
   async turnPage(delta) {

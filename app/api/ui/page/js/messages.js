@@ -87,11 +87,13 @@ function who(message) {
 }
 
 /** A message item: role, source, seq (a link to the raw event), then its blocks. */
-export function messageElement(item, { sessionId, conversation, slots }) {
+export function messageElement(item, { sessionId, conversation, slots, onEdit, editableTurn }) {
   const message = item.message;
   const [role, detail] = who(message);
   const kind = resultCallId(message) !== null ? "tool" : message.role === "assistant" ? "assistant" : "user";
   const blocks = Array.isArray(message.content) ? message.content : [];
+  const turn = kind === "user" && editableTurn ? editableTurn(item) : null;
+  const text = blocks.filter((block) => block?.type === "text" && typeof block.text === "string").map((block) => block.text).join(" ");
   return h(
     "li",
     { class: `item message message-${kind}`, dataset: { seq: item.seq } },
@@ -101,6 +103,9 @@ export function messageElement(item, { sessionId, conversation, slots }) {
       h("span", { class: "role" }, role),
       detail ? h("span", { class: "source" }, detail) : null,
       item.seq >= 0 ? h("a", { class: "seq", href: `${sessionHref(sessionId, "events")}?from=${item.seq}`, title: "this event in the raw log" }, `#${item.seq}`) : null,
+      turn !== null && onEdit
+        ? h("button", { type: "button", class: "edit-fork", onclick: () => onEdit(turn, text, message) }, "Edit and fork")
+        : null,
     ),
     blocks.length ? blocks.map((block) => blockElement(block, conversation, slots)) : h("p", { class: "muted" }, "(no content)"),
   );

@@ -3,7 +3,7 @@
 
 import { onKeyChange, request, sessionPath } from "./api.js";
 import { ConversationView } from "./conversation.js";
-import { confirmDelete, forkDialog } from "./dialogs.js";
+import { confirmDelete, editDialog, forkDialog } from "./dialogs.js";
 import { formatCount, formatTime, h, replaceChildren, sessionHref, sessionLink } from "./dom.js";
 import { EventsView } from "./events.js";
 import { LiveState, LiveTail } from "./live.js";
@@ -75,7 +75,11 @@ export class SessionView {
     this.eventsTab = h("a", { class: "tab", href: sessionHref(this.id, "events") }, "Events");
     this.conversationPanel = h("section", { class: "panel", id: "conversation-panel", "aria-label": "conversation" });
     this.eventsPanel = h("section", { class: "panel", id: "events-panel", "aria-label": "raw events", hidden: true });
-    this.conversationView = new ConversationView(this.conversationPanel, { sessionId: this.id, onFork: (seq, where) => this.fork(seq, where) });
+    this.conversationView = new ConversationView(this.conversationPanel, {
+      sessionId: this.id,
+      onFork: (seq, where) => this.fork(seq, where),
+      onEdit: (turn, text, message) => this.editAndFork(turn, text, message),
+    });
     this.eventsView = new EventsView(this.eventsPanel, { sessionId: this.id, onFork: (seq, where) => this.fork(seq, where) });
     replaceChildren(
       this.root,
@@ -276,6 +280,28 @@ export class SessionView {
     });
     if (child) {
       this.notify(`Forked ${this.id} at ${where} into ${child.id}.`);
+      this.navigate(sessionHref(child.id));
+    }
+  }
+
+  /** Edit the user message of `turn` and regenerate from there (spec 12): one fork with atTurn and the events. */
+  async editAndFork(turn, text, message) {
+    const child = await editDialog({
+      sessionId: this.id,
+      where: `turn ${turn}`,
+      text,
+      fork: (edited) => {
+        const id = `edit-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+        const source = message?.source && typeof message.source === "object" ? message.source : { kind: "user" };
+        const events = [
+          { type: "turn/start", data: { turn } },
+          { type: "user/message", surfaceOp: "append", data: { id, role: "user", content: [{ type: "text", text: edited }], source } },
+        ];
+        return request("POST", sessionPath(this.id, "/fork"), { body: { atTurn: turn - 1, events } });
+      },
+    });
+    if (child) {
+      this.notify(`Forked ${this.id} before turn ${turn} with the edited message into ${child.id}.`);
       this.navigate(sessionHref(child.id));
     }
   }

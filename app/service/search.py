@@ -1,0 +1,251 @@
+"""Search (spec 12): a session matches when its searchable text holds every word of the query, the last as a prefix.
+
+The index (:mod:`app.service.search_index`) is kept off the append path: the change feed marks a changed session
+*dirty*, and a background round (every ``INDEX_SECONDS``) reads what each dirty session gained through the storage
+seam and writes it to the index in one transaction. A search takes the index's candidates plus every session that
+is dirty or being indexed, and confirms each with the exact rule (:mod:`app.domain.search`) on the session as it is
+now: the index narrows, it never decides, so an answer is never wrong. Until a start has compared the index with the
+store (or while a damaged index is rebuilt), every session counts as not indexed and is searched directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+
+from app.backends.base import Backend
+from app.backends.errors import SessionCorrupt, StorageUnavailable
+from app.domain.listing import ListQuery, OrderKey
+from app.domain.search import Match, Query, SearchText
+from app.domain.session import Session, SessionKey
+from app.service.search_index import IndexDamaged, IndexedSession, SearchIndex
+
+__all__ = ["Searcher"]
+
+logger = logging.getLogger("forklog.search")
+
+INDEX_SECONDS = 0.25
+# With at most this many candidates, each is looked up and they are sorted; with more, the list is walked in order.
+FEW_CANDIDATES = 2000
+# Sessions read per page while the list is walked, and events per read of a session.
+WALK_PAGE = 500
+READ_EVENTS = 10_000
+# Sessions indexed per round (one transaction).
+ROUND_SESSIONS = 2000
+
+
+class Searcher:
+    """Searches one store's sessions, and keeps their index."""
+
+    def __init__(self, backend: Backend, index_path: Path | None) -> None:
+        self._backend = backend
+        self._index = SearchIndex(index_path)
+        self._indexed: dict[SessionKey, IndexedSession] = {}
+        self._dirty: set[SessionKey] = set()
+        self._pending: set[SessionKey] = set()
+        self._ready = False  # the index has been compared with the store: what it holds can be trusted
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="forklog-search-index")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await asyncio.to_thread(self._index.close)
+
+    @property
+    def caught_up(self) -> bool:
+        """Whether the index holds every session as it is (nothing is searched directly)."""
+        return self._ready and not self._dirty and not self._pending
+
+    def changed(self, key: SessionKey) -> None:
+        """``key`` changed: searched directly until it is indexed again."""
+        self._dirty.add(key)
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._reconcile()
+                while True:
+                    await self._round()
+                    await asyncio.sleep(INDEX_SECONDS)
+                    await self._wake.wait()
+                    self._wake.clear()
+            except asyncio.CancelledError:
+                raise
+            except IndexDamaged as exc:
+                logger.warning("the search index failed (%s); it is rebuilt", exc)
+                await asyncio.to_thread(self._index.reset)
+            except StorageUnavailable:
+                await asyncio.sleep(1.0)
+            except Exception:
+                logger.exception("the search index failed; it is rebuilt")
+                await asyncio.to_thread(self._index.reset)
+            self._ready = False
+            await asyncio.sleep(0.5)
+
+    async def _reconcile(self) -> None:
+        """Open the index and mark dirty every session it does not hold as it is (and drop the rows of the gone)."""
+        self._ready = False
+        self._indexed = await asyncio.to_thread(self._index.open)
+        live: set[SessionKey] = set()
+        for tenant in await self._backend.tenants():
+            async for session in self._every(tenant):
+                live.add(session.key)
+                if self._indexed.get(session.key) != (session.header.instance, session.head.count):
+                    self._dirty.add(session.key)
+        self._dirty |= set(self._indexed) - live
+        self._ready = True
+
+    async def _every(self, tenant: str) -> AsyncIterator[Session]:
+        after: OrderKey | None = None
+        while True:
+            page = await self._backend.page(tenant, parent=None, after=after, limit=WALK_PAGE)
+            for session in page:
+                yield session
+            if len(page) < WALK_PAGE:
+                return
+            after = (page[-1].header.created_at, page[-1].id)
+
+    async def _round(self) -> None:
+        """Index what the dirty sessions gained (a batch of them), in one transaction."""
+        while self._dirty:
+            taken = set(list(self._dirty)[:ROUND_SESSIONS])
+            self._dirty -= taken
+            self._pending = taken
+            rows: list[tuple[SessionKey, IndexedSession, set[str], bool]] = []
+            dropped: list[SessionKey] = []
+            for key in taken:
+                try:
+                    session = await self._backend.find(key)
+                except SessionCorrupt:
+                    session = None
+                if session is None:
+                    dropped.append(key)
+                    continue
+                known = self._indexed.get(key)
+                anew = known is None or known[0] != session.header.instance or known[1] > session.head.count
+                start = 0 if anew or known is None else known[1]
+                text = SearchText(cwd=session.header.cwd if anew else None)
+                async for event in self._events(session, start):
+                    text.add(event)
+                rows.append((key, (session.header.instance, session.head.count), text.all_words(), anew))
+            async with self._lock:
+                await asyncio.to_thread(self._index.write, rows, dropped)
+            for key, covered, _, _ in rows:
+                self._indexed[key] = covered
+            for key in dropped:
+                self._indexed.pop(key, None)
+            self._pending = set()
+
+    async def _events(self, session: Session, start: int) -> AsyncIterator[dict[str, object]]:
+        count = session.head.count
+        while start < count:
+            stop = min(count, start + READ_EVENTS)
+            lines = await self._backend.read(session.key, start, stop)
+            if not lines:
+                return
+            for line in lines.split(b"\n")[:-1]:
+                yield orjson.loads(line)
+            start = stop
+
+    # -- searching ---------------------------------------------------------------------------------------------------
+
+    async def search(
+        self,
+        tenant: str,
+        q: str,
+        *,
+        parent: str | None,
+        after: OrderKey | None,
+        limit: int,
+        query: ListQuery,
+    ) -> list[tuple[Session, Match]]:
+        """Up to ``limit`` matching sessions in the query's order after ``after``, each with its match."""
+        wanted = Query.of(q)
+        candidates = await self._candidates(tenant, wanted)
+        if candidates is not None and len(candidates) <= FEW_CANDIDATES:
+            ordered = self._looked_up(tenant, candidates, parent, after, query)
+            return await self._confirmed(ordered, wanted, limit)
+        return await self._confirmed(self._walk(tenant, parent, after, query, candidates), wanted, limit)
+
+    async def _candidates(self, tenant: str, wanted: Query) -> set[str] | None:
+        """The ids that may match (None: any session may)."""
+        if not self._ready or not wanted.words:
+            return None
+        try:
+            async with self._lock:
+                found = await asyncio.to_thread(self._index.candidates, tenant, wanted.words)
+        except IndexDamaged as exc:
+            logger.warning("the search index failed (%s); it is rebuilt", exc)
+            self._ready = False
+            if self._task is not None:
+                self._task.cancel()
+                self._task = None
+            await asyncio.to_thread(self._index.reset)
+            self.start()
+            return None
+        unsure = {key.id for key in (*self._dirty, *self._pending) if key.tenant == tenant}
+        return found | unsure
+
+    async def _looked_up(
+        self, tenant: str, ids: set[str], parent: str | None, after: OrderKey | None, query: ListQuery
+    ) -> AsyncIterator[Session]:
+        sessions = []
+        for session_id in ids:
+            try:
+                session = await self._backend.find(SessionKey(tenant, session_id))
+            except SessionCorrupt:
+                continue
+            if session is None or not query.matches(session.header):
+                continue
+            if parent is not None and session.header.parent_session != parent:
+                continue
+            if after is None or query.follows(query.key_of(session), after):
+                sessions.append(session)
+        sessions.sort(key=query.key_of, reverse=query.descending)
+        for session in sessions:
+            yield session
+
+    async def _walk(
+        self, tenant: str, parent: str | None, after: OrderKey | None, query: ListQuery, ids: set[str] | None
+    ) -> AsyncIterator[Session]:
+        """The list in the query's order, those of ``ids`` only (None: all)."""
+        while True:
+            page = await self._backend.page(tenant, parent=parent, after=after, limit=WALK_PAGE, query=query)
+            for session in page:
+                if ids is None or session.id in ids:
+                    yield session
+            if len(page) < WALK_PAGE:
+                return
+            after = query.key_of(page[-1])
+
+    async def _confirmed(
+        self, sessions: AsyncIterator[Session], wanted: Query, limit: int
+    ) -> list[tuple[Session, Match]]:
+        found: list[tuple[Session, Match]] = []
+        async for session in sessions:
+            text = SearchText(cwd=session.header.cwd)
+            async for event in self._events(session, 0):
+                text.add(event)
+            match = wanted.match(text)
+            if match is not None:
+                found.append((session, match))
+                if len(found) == limit:
+                    break
+        return found

@@ -1,0 +1,174 @@
+"""The search index: SQLite's FTS5 (the standard library's ``sqlite3``) over each session's words.
+
+One row per session holds the set of its searchable words (lower case, as :func:`app.domain.search.words` cuts
+them, so FTS5's ``unicode61`` tokenizer sees each as exactly one token; ``remove_diacritics 0``: diacritics do not
+fold) and, beside it, which incarnation and how many events it covers. A row only ever gains words (a renamed
+session keeps its old title's words until it is indexed anew): the index answers a superset of the matches, and the
+exact rule decides. Every call runs in one worker thread at a time (the caller's lock); a damaged file is replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from app.domain.session import SessionKey
+
+__all__ = ["IndexDamaged", "IndexedSession", "SearchIndex"]
+
+logger = logging.getLogger("forklog.search")
+
+IndexedSession = tuple[str, int]  # the incarnation and how many of its events the row covers
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS indexed (
+    tenant TEXT NOT NULL,
+    id TEXT NOT NULL,
+    instance TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    doc INTEGER NOT NULL,
+    PRIMARY KEY (tenant, id)
+);
+CREATE INDEX IF NOT EXISTS indexed_doc ON indexed (doc);
+CREATE VIRTUAL TABLE IF NOT EXISTS docs USING fts5(words, tokenize = "unicode61 remove_diacritics 0");
+"""
+
+
+class IndexDamaged(Exception):
+    """The index cannot be read or written: it is rebuilt, and searches meanwhile read the sessions themselves."""
+
+
+class SearchIndex:
+    """The FTS5 index in ``path`` (None: in memory, for a store that keeps nothing across a restart)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._path = path
+        self._db: sqlite3.Connection | None = None
+        # One call at a time: a call left running by a cancelled task must end before the connection is closed.
+        self._busy = threading.Lock()
+
+    def _open_unlocked(self) -> dict[SessionKey, IndexedSession]:
+        """Open (or make) the index, replacing a damaged one; what each row covers."""
+        try:
+            return self._open()
+        except sqlite3.DatabaseError as exc:
+            logger.warning("the search index %s is damaged (%s); it is rebuilt", self._path, exc)
+            self._reset_unlocked()
+            return self._open()
+
+    def _open(self) -> dict[SessionKey, IndexedSession]:
+        self._close_unlocked()
+        if self._path is not None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(":memory:" if self._path is None else str(self._path), check_same_thread=False)
+        self._db = db
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")  # a crash may lose the last rounds: a start finds them stale
+        db.executescript(_SCHEMA)
+        if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+            raise sqlite3.DatabaseError("quick_check failed")
+        db.execute("INSERT INTO docs(docs) VALUES ('integrity-check')")
+        return {
+            SessionKey(tenant, session_id): (instance, count)
+            for tenant, session_id, instance, count in db.execute("SELECT tenant, id, instance, count FROM indexed")
+        }
+
+    def _reset_unlocked(self) -> None:
+        """Drop the index file: the next open starts empty."""
+        self._close_unlocked()
+        if self._path is not None:
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    Path(f"{self._path}{suffix}").unlink()
+
+    def _close_unlocked(self) -> None:
+        if self._db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+            self._db = None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise IndexDamaged("the search index is not open")
+        return self._db
+
+    def _write_unlocked(
+        self, rows: Iterable[tuple[SessionKey, IndexedSession, set[str], bool]], dropped: Iterable[SessionKey]
+    ) -> None:
+        """In one transaction: for each row, the session's words (added to those kept, or instead of them when the
+        last member says the row starts anew) and what it covers now; and the dropped sessions' rows gone."""
+        db = self._connection()
+        try:
+            with db:
+                for key in dropped:
+                    self._drop(db, key)
+                for key, (instance, count), words, anew in rows:
+                    found = db.execute(
+                        "SELECT doc FROM indexed WHERE tenant = ? AND id = ?", (key.tenant, key.id)
+                    ).fetchone()
+                    kept: set[str] = set()
+                    if found is not None:
+                        if not anew:
+                            text = db.execute("SELECT words FROM docs WHERE rowid = ?", (found[0],)).fetchone()
+                            kept = set(text[0].split()) if text is not None else set()
+                        db.execute("DELETE FROM docs WHERE rowid = ?", (found[0],))
+                    doc = db.execute("INSERT INTO docs (words) VALUES (?)", (" ".join(sorted(kept | words)),))
+                    db.execute(
+                        "INSERT OR REPLACE INTO indexed (tenant, id, instance, count, doc) VALUES (?, ?, ?, ?, ?)",
+                        (key.tenant, key.id, instance, count, doc.lastrowid),
+                    )
+        except sqlite3.DatabaseError as exc:
+            raise IndexDamaged(str(exc)) from exc
+
+    @staticmethod
+    def _drop(db: sqlite3.Connection, key: SessionKey) -> None:
+        found = db.execute("SELECT doc FROM indexed WHERE tenant = ? AND id = ?", (key.tenant, key.id)).fetchone()
+        if found is not None:
+            db.execute("DELETE FROM docs WHERE rowid = ?", (found[0],))
+            db.execute("DELETE FROM indexed WHERE tenant = ? AND id = ?", (key.tenant, key.id))
+
+    def _candidates_unlocked(self, tenant: str, words: tuple[str, ...]) -> set[str]:
+        """The ids of ``tenant``'s indexed sessions whose words hold every one of ``words``, the last as a prefix
+        (a superset of the matches: the exact rule decides)."""
+        db = self._connection()
+        *whole, last = words
+        terms = [f'"{word}"' for word in whole] + [f'"{last}"*']
+        try:
+            # "+tenant": the rows are found by their documents (a few), never by walking the tenant's (all of them).
+            rows = db.execute(
+                "SELECT id FROM indexed WHERE doc IN (SELECT rowid FROM docs WHERE docs MATCH ?) AND +tenant = ?",
+                (" AND ".join(terms), tenant),
+            ).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise IndexDamaged(str(exc)) from exc
+        return {row[0] for row in rows}
+
+    def open(self) -> dict[SessionKey, IndexedSession]:
+        """Open (or make) the index, replacing a damaged one; what each row covers."""
+        with self._busy:
+            return self._open_unlocked()
+
+    def reset(self) -> None:
+        """Drop the index file: the next open starts empty."""
+        with self._busy:
+            self._reset_unlocked()
+
+    def close(self) -> None:
+        with self._busy:
+            self._close_unlocked()
+
+    def write(
+        self, rows: Iterable[tuple[SessionKey, IndexedSession, set[str], bool]], dropped: Iterable[SessionKey]
+    ) -> None:
+        """See :meth:`_write_unlocked`."""
+        with self._busy:
+            self._write_unlocked(rows, dropped)
+
+    def candidates(self, tenant: str, words: tuple[str, ...]) -> set[str]:
+        """See :meth:`_candidates_unlocked`."""
+        with self._busy:
+            return self._candidates_unlocked(tenant, words)

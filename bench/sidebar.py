@@ -1,0 +1,236 @@
+"""The sidebar (spec 12): the first page by ``order=updated`` and a two-word search at 10k and 100k sessions, and
+appends with the search index kept beside them and without it.
+
+    python -m bench.sidebar [N ...]     # default 10000 100000
+
+Sessions of one turn each are created through the file backend (no fsync) in one process; the service then runs
+in that process and each figure is the median server time of a request through the ASGI app (no network), after
+the search index has caught up. The two-word search names words only one session holds (its matches fit a page).
+Appends: one-event batches to 100 sessions for ``BENCH_APPEND_SECONDS`` (default 5) each way, the search index's
+background rounds running (on) or stopped (off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+from app.api.app import create_app
+from app.api.settings import Settings
+from app.backends.files import FileBackend
+from app.backends.files.codec import encode_header
+from app.backends.postgres import PostgresBackend
+from app.backends.postgres.state import encode_state
+from app.domain.events import LogState
+from app.domain.log import seed_log
+from app.domain.session import SessionHeader, SessionKey
+from app.service.sessions import SessionService, wall_clock_ms
+from bench.report import Row, skipped
+from bench.util import env_int, log
+from tests.support.postgres import PostgresCluster, PostgresError, fresh_database_name
+
+RUNS = 25
+CREATED_AT = 1_785_331_618_309
+
+
+def _turn(number: int) -> list[dict[str, Any]]:
+    return [
+        {"type": "turn/start", "data": {"turn": 1}},
+        {
+            "type": "user/message",
+            "surfaceOp": "append",
+            "data": {
+                "id": "u1",
+                "role": "user",
+                "content": [{"type": "text", "text": f"please deploy service{number} to region{number} today"}],
+                "source": {"kind": "user"},
+            },
+        },
+        {"type": "turn/end", "data": {"turn": 1, "reason": {"kind": "completed"}}},
+    ]
+
+
+def _fill(data: Path, count: int) -> None:
+    """Write ``count`` one-turn sessions straight into ``data/sessions`` (as bench.small does: a start reads them)."""
+    sessions = data / "sessions"
+    sessions.mkdir(parents=True, exist_ok=True)
+    for number in range(count):
+        header = SessionHeader(id=f"s{number}", created_at=CREATED_AT + number, instance=uuid.uuid4().hex, cwd="/work")
+        lines = seed_log(_turn(number), now=CREATED_AT + number).lines()
+        (sessions / f"s{number}.jsonl").write_bytes(encode_header(header) + lines)
+
+
+async def _caught_up(service: SessionService) -> None:
+    while not service.searcher.caught_up:
+        await asyncio.sleep(0.05)
+
+
+async def _median_ms(client: httpx.AsyncClient, params: dict[str, Any]) -> tuple[float, int]:
+    times = []
+    found = 0
+    for _ in range(RUNS):
+        started = time.perf_counter()
+        response = await client.get("/sessions", params=params)
+        times.append((time.perf_counter() - started) * 1000)
+        assert response.status_code == 200, response.text
+        found = len(response.json()["items"])
+    return statistics.median(times), found
+
+
+async def _listing(count: int, folder: Path) -> list[Row]:
+    data = folder / f"data-{count}"
+    started = time.perf_counter()
+    _fill(data, count)
+    log(f"sidebar: {count} sessions written in {time.perf_counter() - started:.1f} s")
+    app = create_app(Settings(data_dir=data, fsync=False, log_level="warning"))
+    service: SessionService = app.state.service
+    rows = []
+    async with app.router.lifespan_context(app):
+        started = time.perf_counter()
+        while not service.ready:
+            await asyncio.sleep(0.01)
+        await _caught_up(service)
+        log(f"sidebar: started and indexed in {time.perf_counter() - started:.1f} s")
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            first, found = await _median_ms(client, {"order": "updated", "limit": 50})
+            rows.append(
+                Row(
+                    "sidebar",
+                    f"first page of 50 by order=updated, {count:,} sessions",
+                    f"{first:.1f} ms",
+                    target="<= 20 ms",
+                    met=first <= 20 and found == 50,
+                )
+            )
+            number = count // 2
+            search, found = await _median_ms(client, {"q": f"service{number} region{number}"})
+            rows.append(
+                Row(
+                    "sidebar",
+                    f"two-word search, {count:,} one-turn sessions",
+                    f"{search:.1f} ms",
+                    target="<= 50 ms",
+                    met=search <= 50 and found == 1,
+                )
+            )
+    return rows
+
+
+async def _appends(folder: Path, seconds: float, *, search: bool) -> float:
+    backend = FileBackend(folder, clock=wall_clock_ms, sync=False)
+    service = SessionService(backend, search_index=folder / "search" / "search.sqlite3")
+    await service.start()
+    try:
+        if not search:
+            await service.searcher.stop()
+        for number in range(100):
+            await service.create("default", f"a{number}", [], None)
+        note = [{"type": "forklog-bench/note", "data": {"text": "more words for the index"}}]
+        done = 0
+        deadline = time.perf_counter() + seconds
+
+        async def writer(number: int) -> None:
+            nonlocal done
+            session = SessionKey("default", f"a{number}")
+            while time.perf_counter() < deadline:
+                await service.append(session, note)
+                done += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(writer(number) for number in range(100)))
+        return done / (time.perf_counter() - started)
+    finally:
+        await service.stop()
+
+
+_PG_FILL = """
+INSERT INTO forklog_sessions (tenant, id, instance, created_at, delegation_depth, log, count, state, change_seq,
+                              updated_at)
+SELECT 'default', 's' || n, md5(n::text), $1::bigint + n, 0, n, 0, $2, n, $1::bigint + n + (n * 7919) % 100000
+FROM generate_series(1, $3) AS n
+"""
+
+
+async def _postgres_listing(count: int) -> list[Row]:
+    """The first page by order=updated on PostgreSQL: ``count`` empty sessions put straight into the table (with
+    updatedAt in a shuffled order), served by the app on that database."""
+    try:
+        cluster = PostgresCluster(fsync=False)
+        cluster.start()
+    except PostgresError as exc:
+        return [skipped("sidebar", f"first page by order=updated on PostgreSQL, {count:,} sessions", str(exc))]
+    try:
+        url = cluster.url(cluster.create_database(fresh_database_name("forklog_sidebar")))
+        backend = PostgresBackend(url, clock=wall_clock_ms)
+        await backend.open()
+        await backend.close()
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(_PG_FILL, CREATED_AT, encode_state(LogState()), count)
+            await conn.execute("ANALYZE forklog_sessions")
+        finally:
+            await conn.close()
+        app = create_app(Settings(database_url=url, log_level="warning"))
+        service: SessionService = app.state.service
+        async with app.router.lifespan_context(app):
+            while not service.ready:
+                await asyncio.sleep(0.01)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+                first, found = await _median_ms(client, {"order": "updated", "limit": 50})
+        return [
+            Row(
+                "sidebar",
+                f"first page of 50 by order=updated on PostgreSQL, {count:,} sessions",
+                f"{first:.1f} ms",
+                target="<= 20 ms",
+                met=first <= 20 and found == 50,
+            )
+        ]
+    finally:
+        cluster.close()
+
+
+def run(folder: Path) -> list[Row]:
+    sizes = [int(size) for size in os.environ.get("BENCH_SIDEBAR_SESSIONS", "10000,100000").split(",")]
+    rows: list[Row] = []
+    for size in sizes:
+        rows += asyncio.run(_listing(size, folder))
+        rows += asyncio.run(_postgres_listing(size))
+    seconds = env_int("BENCH_APPEND_SECONDS", 5)
+    without = asyncio.run(_appends(folder / "appends-off", seconds, search=False))
+    with_search = asyncio.run(_appends(folder / "appends-on", seconds, search=True))
+    ratio = with_search / without
+    rows.append(Row("sidebar", "appends/s, search index off", f"{without:,.0f}"))
+    rows.append(
+        Row(
+            "sidebar",
+            "appends/s, search index on",
+            f"{with_search:,.0f}",
+            "index off",
+            f"{without:,.0f}",
+            ratio=ratio,
+            target=">= 0.9x",
+            met=ratio >= 0.9,
+        )
+    )
+    return rows
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        os.environ["BENCH_SIDEBAR_SESSIONS"] = ",".join(sys.argv[1:])
+    with tempfile.TemporaryDirectory() as place:
+        for row in run(Path(place)):
+            print(f"{row.measure}: {row.value} {row.target} {'' if row.met is None else row.met}")

@@ -1,0 +1,142 @@
+"""Search through the service (spec 12): the index narrows, the exact rule decides, tenants never meet, and what
+changed a moment ago is found as it is now."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.backends.files import FileBackend
+from app.backends.memory import MemoryBackend
+from app.domain.listing import ListQuery
+from app.domain.session import SessionKey
+from app.service.sessions import SessionService, wall_clock_ms
+from tests.events import assistant_message, step_end, step_start, turn_end, turn_start, user_message
+
+pytestmark = pytest.mark.anyio
+
+BY_UPDATE = ListQuery(order="updated", descending=True)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def service() -> AsyncIterator[SessionService]:
+    running = SessionService(MemoryBackend(clock=wall_clock_ms))
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+def conversation(question: str, answer: str, number: int = 1) -> list[Any]:
+    return [
+        turn_start(number),
+        user_message(question),
+        step_start(number),
+        assistant_message(number, 1, answer),
+        step_end(number),
+        turn_end(number),
+    ]
+
+
+def title(text: str) -> dict[str, Any]:
+    return {"type": "session/title", "data": {"title": text}}
+
+
+async def caught_up(service: SessionService) -> None:
+    for _ in range(400):
+        if service.searcher.caught_up:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the index never caught up")
+
+
+async def found(service: SessionService, q: str, tenant: str = "default") -> list[str]:
+    page, _ = await service.page(tenant, parent=None, after=None, limit=100, query=BY_UPDATE, q=q)
+    return [session.id for session, _ in page]
+
+
+async def test_the_index_and_the_exact_rule_agree_before_and_after_indexing(service: SessionService) -> None:
+    await service.create("default", "a", [title("Rocket launch"), *conversation("fuel levels?", "nominal")], None)
+    await service.create("default", "b", conversation("rocket science", "is hard"), None)
+    before = [await found(service, q) for q in ("rocket", "rocket launch", "launc", "fuel nominal", "nomina fuel")]
+    await caught_up(service)
+    after = [await found(service, q) for q in ("rocket", "rocket launch", "launc", "fuel nominal", "nomina fuel")]
+    assert before == after == [["b", "a"], ["a"], ["a"], ["a"], []]
+
+
+async def test_a_renamed_session_no_longer_matches_its_old_title(service: SessionService) -> None:
+    await service.create("default", "s", [title("Old name")], None)
+    await caught_up(service)
+    assert await found(service, "old") == ["s"]
+    await service.append(SessionKey("default", "s"), [title("New name")])
+    assert await found(service, "old") == []  # at once, before the index knows
+    await caught_up(service)
+    assert await found(service, "old") == []  # the index still holds the old words: the rule decides
+    assert await found(service, "new name") == ["s"]
+
+
+async def test_a_deleted_session_is_never_found(service: SessionService) -> None:
+    await service.create("default", "gone", conversation("ephemeral", "yes"), None)
+    await caught_up(service)
+    await service.delete(SessionKey("default", "gone"))
+    assert await found(service, "ephemeral") == []
+    await caught_up(service)
+    assert await found(service, "ephemeral") == []
+
+
+async def test_tenants_never_see_each_others_sessions(service: SessionService) -> None:
+    await service.create("acme", "s", conversation("shared secret", "ok"), None)
+    await service.create("other", "s", conversation("shared words", "ok"), None)
+    await caught_up(service)
+    assert await found(service, "secret", "acme") == ["s"]
+    assert await found(service, "secret", "other") == []
+    assert await found(service, "shared", "other") == ["s"]
+    assert await found(service, "shared", "default") == []
+
+
+async def test_a_match_names_the_first_message_holding_the_first_word(service: SessionService) -> None:
+    await service.create(
+        "default", "s", [title("Kettle"), *conversation("boil the kettle", "the kettle is boiling")], {"cwd": "/tea"}
+    )
+    await caught_up(service)
+    page, _ = await service.page("default", parent=None, after=None, limit=5, query=BY_UPDATE, q="kettle boil")
+    ((_, match),) = page
+    assert match is not None and (match.seq, match.snippet) == (2, "boil the kettle")
+    page, _ = await service.page("default", parent=None, after=None, limit=5, query=BY_UPDATE, q="tea")
+    ((_, match),) = page
+    assert match is not None and (match.seq, match.snippet) == (None, "/tea")
+
+
+async def test_the_file_index_survives_a_restart_and_a_lost_file(tmp_path: Path) -> None:
+    index = tmp_path / "search" / "search.sqlite3"
+    first = SessionService(FileBackend(tmp_path, clock=wall_clock_ms, sync=False), search_index=index)
+    await first.start()
+    await first.create("default", "kept", conversation("durable words", "ok"), None)
+    await caught_up(first)
+    await first.stop()
+    assert index.exists()
+
+    second = SessionService(FileBackend(tmp_path, clock=wall_clock_ms, sync=False), search_index=index)
+    await second.start()
+    await caught_up(second)
+    assert await found(second, "durable") == ["kept"]
+    await second.stop()
+
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{index}{suffix}").unlink(missing_ok=True)
+    third = SessionService(FileBackend(tmp_path, clock=wall_clock_ms, sync=False), search_index=index)
+    await third.start()
+    assert await found(third, "durable") == ["kept"]  # searched directly until the index is rebuilt
+    await caught_up(third)
+    assert await found(third, "durable") == ["kept"]
+    await third.stop()

@@ -11,7 +11,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List sessions in creation order */
+        /** List sessions by creation or by last activity, filtered or searched */
         get: operations["list_sessions"];
         put?: never;
         /** Create a session, optionally from a seed (a snapshot's answer creates the fork's child) */
@@ -405,7 +405,7 @@ export interface components {
         };
         /**
          * ForkRequest
-         * @description POST /sessions/{id}/fork (the body may be empty)
+         * @description POST /sessions/{id}/fork (the body may be empty); at most one of atSeq, atTurn and atMessageId
          */
         ForkRequest: {
             /** @description the session incarnation the client has seen; on a mismatch nothing is done */
@@ -416,6 +416,12 @@ export interface components {
             expectedSeq?: number | null;
             /** @description the child's id (omitted: the server picks session-<uuid4>) */
             sessionId?: string | null;
+            /** @description the seed ends at the turn/end whose data.turn is this number (0: the empty seed) */
+            atTurn?: number | null;
+            /** @description the id of an assistant/message's message: the seed ends at the turn/end of its turn (inclusive) */
+            atMessageId?: string | null;
+            /** @description events appended to the child after its seed in the same atomic step, checked as an append */
+            events?: components["schemas"]["NewEvent"][] | null;
         };
         /**
          * ForkSession409Problem
@@ -426,7 +432,7 @@ export interface components {
          * ForkSession422Problem
          * @description a problem fork_session answers with status 422
          */
-        ForkSession422Problem: components["schemas"]["InvalidBoundaryProblem"] | components["schemas"]["InvalidRequestProblem"] | components["schemas"]["IdempotencyKeyReusedProblem"];
+        ForkSession422Problem: components["schemas"]["InvalidBoundaryProblem"] | components["schemas"]["InvalidEventProblem"] | components["schemas"]["InvalidRequestProblem"] | components["schemas"]["IdempotencyKeyReusedProblem"];
         /**
          * ForkSession429Problem
          * @description a problem fork_session answers with status 429
@@ -553,6 +559,8 @@ export interface components {
             instance: string;
             /** @description the request's id, as its X-Request-Id answer header gives it */
             requestId: string;
+            /** @description what is wrong, for a person */
+            reason?: string;
         };
         /**
          * InvalidEventProblem
@@ -1098,6 +1106,16 @@ export interface components {
             requestId: string;
         };
         /**
+         * SearchMatch
+         * @description Where a search matched a session: the seq of the first user or assistant message holding the query's first
+         *     word (the title's session/title event when only the title holds it; null when only the cwd does), and at most
+         *     200 characters of that text around the word.
+         */
+        SearchMatch: {
+            seq: number | null;
+            snippet: string;
+        };
+        /**
          * SeedAssistantChunkEvent
          * @description a streamed piece
          */
@@ -1406,6 +1424,46 @@ export interface components {
             ignorable?: true;
         };
         /**
+         * SessionListItem
+         * @description A Session in a list; in a search (q), with where it matched.
+         */
+        SessionListItem: {
+            id: string;
+            instance: string;
+            createdAt: number;
+            /** @description the working directory, an absolute path */
+            cwd: string | null;
+            /** @description the session this one was forked from */
+            parentSession: string | null;
+            /** @description how many of the first events came from the parent */
+            seedLength: number | null;
+            /** @description how the session began: "subagent" */
+            origin: string | null;
+            /** @description how deep in a chain of subagents the session is (0 for a top-level one) */
+            delegationDepth: number;
+            /** @description the agent preset the session runs with */
+            agentPreset: string | null;
+            /** @description the log's length: the seq of the next event */
+            eventCount: number;
+            lastEventType: string | null;
+            /** @description the open turn's number, or null */
+            openTurn: number | null;
+            /** @description the seq of the last turn/end, or null */
+            lastTurnEndSeq: number | null;
+            /** @description whether a fork without atSeq would pass the boundary rule now */
+            forkable: boolean;
+            /** @description the later of createdAt and the time of the last event (epoch ms) */
+            updatedAt: number;
+            /** @description data.title of the last session/title event, or null */
+            title: string | null;
+            /** @description the first user/message's text (its text blocks joined by a space, whitespace runs made one space, trimmed, at most 200 characters), or null */
+            preview: string | null;
+            /** @description the length in bytes of the session's log as export writes it */
+            bytes: number;
+            /** @description present in the answer to a search (q) only */
+            match?: components["schemas"]["SearchMatch"] | null;
+        };
+        /**
          * SessionNotFoundProblem
          * @description SESSION_NOT_FOUND: Session not found
          */
@@ -1473,13 +1531,21 @@ export interface components {
             lastTurnEndSeq: number | null;
             /** @description whether a fork without atSeq would pass the boundary rule now */
             forkable: boolean;
+            /** @description the later of createdAt and the time of the last event (epoch ms) */
+            updatedAt: number;
+            /** @description data.title of the last session/title event, or null */
+            title: string | null;
+            /** @description the first user/message's text (its text blocks joined by a space, whitespace runs made one space, trimmed, at most 200 characters), or null */
+            preview: string | null;
+            /** @description the length in bytes of the session's log as export writes it */
+            bytes: number;
         };
         /**
          * SessionPage
-         * @description A page of sessions in creation order.
+         * @description A page of sessions in the order asked for (creation order by default).
          */
         SessionPage: {
-            items: components["schemas"]["SessionOut"][];
+            items: components["schemas"]["SessionListItem"][];
             /** @description the cursor of the next page; null on the last page */
             nextCursor: string | null;
         };
@@ -1771,8 +1837,20 @@ export interface operations {
                 parent?: string;
                 /** @description page size */
                 limit?: number;
-                /** @description the nextCursor of the previous page */
+                /** @description the nextCursor of the previous page (of the same query: order, filters and q) */
                 cursor?: string;
+                /** @description created (the default; by createdAt, then id) or updated (by updatedAt, then id) */
+                order?: "created" | "updated";
+                /** @description asc or desc; the default is asc by created, desc by updated */
+                direction?: "asc" | "desc";
+                /** @description only sessions whose cwd equals it */
+                cwd?: string;
+                /** @description only sessions whose origin equals it */
+                origin?: string;
+                /** @description only sessions whose agentPreset equals it */
+                agentPreset?: string;
+                /** @description only sessions that match this search: every word of it a word of the session's title, cwd or user and assistant messages' text, the last word also as the start of one (then the order defaults to updated) */
+                q?: string;
             };
             header?: never;
             path?: never;
@@ -3113,7 +3191,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["UnsupportedMediaTypeProblem"];
                 };
             };
-            /** @description INVALID_BOUNDARY: Invalid boundary; INVALID_REQUEST: Invalid request; IDEMPOTENCY_KEY_REUSED: Idempotency key reused */
+            /** @description INVALID_BOUNDARY: Invalid boundary; INVALID_EVENT: Invalid event; INVALID_REQUEST: Invalid request; IDEMPOTENCY_KEY_REUSED: Idempotency key reused */
             422: {
                 headers: {
                     [name: string]: unknown;

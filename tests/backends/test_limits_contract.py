@@ -76,7 +76,8 @@ async def test_an_idle_session_expires_and_its_child_keeps_its_log(make_backend:
         while True:
             await service.append(key("child"), [{"type": "forklog-test/note", "data": {"text": "alive"}}])
             sessions, _ = await service.page(DEFAULT_TENANT, parent=None, after=None, limit=100)
-            if [session.id for session, _ in sessions] == ["child"] and await service.backend.find(key("parent")) is None:
+            listed = [session.id for session, _ in sessions]
+            if listed == ["child"] and await service.backend.find(key("parent")) is None:
                 break
             assert time.monotonic() - started < 1.5 + 10, "the parent was not deleted within 10 s of expiring"
             await asyncio.sleep(0.2)

@@ -71,6 +71,7 @@ class Metrics(SessionObserver):
         self.creates: dict[str, int] = {}
         self.forks: dict[str, int] = {}
         self.deletes: dict[str, int] = {}
+        self.expired_sessions: dict[str, int] = {}
         self.replays: dict[str, int] = {}
         self.stream_subscribers: dict[str, int] = {}
         self.batch_events = Histogram(BATCH_BUCKETS)
@@ -115,6 +116,9 @@ class Metrics(SessionObserver):
 
     def deleted(self, tenant: str) -> None:
         self._add(self.deletes, tenant)
+
+    def expired(self, tenant: str) -> None:
+        self._add(self.expired_sessions, tenant)
 
     def replayed(self, tenant: str) -> None:
         self._add(self.replays, tenant)
@@ -174,6 +178,9 @@ class Metrics(SessionObserver):
         yield self._counter("forklog_forks", "Sessions forked.", self.forks)
         yield self._counter("forklog_sessions_created", "Sessions created (forks not included).", self.creates)
         yield self._counter("forklog_sessions_deleted", "Sessions deleted.", self.deletes)
+        yield self._counter(
+            "forklog_sessions_expired", "Sessions deleted for their tenant's retention.", self.expired_sessions
+        )
         yield GaugeMetricFamily("forklog_sessions", "Live sessions (as of the last scrape).", value=self.sessions)
         yield self._by_tenant(
             GaugeMetricFamily, "forklog_stream_subscribers", "Open event streams (live tails).", self.stream_subscribers

@@ -23,6 +23,9 @@ class SessionObserver:
     def deleted(self, tenant: str) -> None:
         """A session was deleted."""
 
+    def expired(self, tenant: str) -> None:
+        """A session was deleted by the service for its tenant's retention (spec 14)."""
+
     def replayed(self, tenant: str) -> None:
         """A request with a known ``Idempotency-Key`` got its kept answer again."""
 

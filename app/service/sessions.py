@@ -757,6 +757,7 @@ class SessionService:
         deleted = await self._locks.run(key, work)
         if deleted:
             self.changes.changed(key)
+            self.observer.expired(key.tenant)
         return deleted
 
     @property

@@ -44,6 +44,8 @@ def test_an_idle_session_is_deleted_and_a_busy_one_kept(make_client: ClientFacto
     assert len(events_of(client, "busy")) == appended
     assert [item["id"] for item in client.get("/sessions").json()["items"]] == ["busy"]
     assert client.app.state.service.sessions_expired_total == 1  # type: ignore[attr-defined]
+    scraped = client.get("/metrics").text
+    assert "forklog_sessions_expired_total 1.0" in scraped.splitlines()
 
 
 def test_a_child_keeps_its_log_when_its_parent_expires(make_client: ClientFactory) -> None:

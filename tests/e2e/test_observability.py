@@ -240,6 +240,7 @@ EXPOSED = {
     "forklog_forks_total",
     "forklog_sessions_created_total",
     "forklog_sessions_deleted_total",
+    "forklog_sessions_expired_total",
     "forklog_sessions",
     "forklog_stream_subscribers",
     "forklog_idempotent_replays_total",

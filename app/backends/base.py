@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from app.backends.observer import StorageObserver
-from app.domain.log import LogTip, SessionLog, StagedEvents
+from app.domain.log import SessionLog
 from app.domain.session import Session, SessionHeader, SessionKey
+from app.domain.staging import LogTip, StagedEvents
 
 __all__ = [
     "Backend",

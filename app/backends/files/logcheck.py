@@ -25,8 +25,9 @@ from app.backends.files.codec import (
 )
 from app.domain.errors import EventRejected
 from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
-from app.domain.log import SessionLog, StagedEvents, stage_stored
+from app.domain.log import SessionLog
 from app.domain.session import SessionHeader
+from app.domain.staging import StagedEvents, stage_stored
 
 __all__ = ["CorruptLog", "RecoveredLog", "check_log", "parse_header", "recover_log", "salvage_log"]
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from app.backends.postgres.state import encode_checkpoint
 from app.domain.history import SurfaceChange
-from app.domain.log import Checkpoint, SessionLog, StagedEvents
+from app.domain.log import SessionLog
+from app.domain.staging import Checkpoint, StagedEvents
 
 __all__ = ["Rows"]
 

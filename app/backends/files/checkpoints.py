@@ -24,9 +24,10 @@ from collections.abc import Iterable, Sequence
 
 import orjson
 
+from app.backends.log_parts import LogDelta, LogParts, resume_log
 from app.domain.events import LogState
 from app.domain.history import fold_surface
-from app.domain.log import Buffer, Checkpoint, LogDelta, LogParts, SessionLog, checkpoint
+from app.domain.log import Buffer, Checkpoint, SessionLog, checkpoint
 from app.domain.session import LogHead, SessionKey, head_of
 
 __all__ = [
@@ -452,7 +453,7 @@ class ColdLog(bytes):
         ends, surface, turn_ends = columns
         state, checkpoints = _described(description, ends_length)
         state.nodes = _fold(surface)
-        return SessionLog.resume(bytes(self[at:]), LogParts(state, ends, surface, turn_ends, checkpoints))
+        return resume_log(bytes(self[at:]), LogParts(state, ends, surface, turn_ends, checkpoints))
 
     def head(self) -> LogHead:
         description, _, ends, _, _ = self._description()

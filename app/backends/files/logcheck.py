@@ -23,6 +23,7 @@ from app.backends.files.codec import (
     may_round_trip_lossily,
     parse_line,
 )
+from app.backends.log_parts import log_parts, resume_log
 from app.domain.errors import EventRejected
 from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
 from app.domain.log import SessionLog
@@ -114,7 +115,7 @@ def recover_log(session_id: str, data: bytes, *, now: int, chain: Chain | None =
                 checkpointed=chain.stop,
             )
         try:
-            resumed = SessionLog.resume(body[: chain.body_stop], chain.parts())
+            resumed = resume_log(body[: chain.body_stop], chain.parts())
         except (ValueError, TypeError, KeyError, OverflowError):
             resumed = None
     resumed_events = len(resumed) if resumed is not None else 0
@@ -126,7 +127,7 @@ def recover_log(session_id: str, data: bytes, *, now: int, chain: Chain | None =
     except CorruptLog as exc:
         raise CorruptLog(exc.reason, header.created_at) from None
     if mirrored and len(log) > resumed_events and log.byte_size >= log.seal_bytes:
-        log = SessionLog.resume(body, log.parts())  # the file's bytes themselves, not the copies checking made
+        log = resume_log(body, log_parts(log))  # the file's bytes themselves, not the copies checking made
     return RecoveredLog(
         header,
         log,

@@ -27,8 +27,8 @@ from app.backends.files.fullcheck import START_BYTES, FullChecks, Verdict, worke
 from app.backends.files.journal import JOURNAL_NAME, Journal
 from app.backends.files.logcheck import CorruptLog, RecoveredLog, parse_header, recover_log, salvage_log
 from app.backends.files.remembered import JOURNAL_NAME as REMEMBERED_NAME
+from app.backends.log_parts import resume_log
 from app.domain.ids import ID_PATTERN
-from app.domain.log import SessionLog
 from app.domain.session import DEFAULT_TENANT, SessionKey
 
 __all__ = [
@@ -239,7 +239,7 @@ class Recovery:
             if lines is not None:  # the log's lines are not the file's own: kept as checked, never checkpointed
                 header = parse_header(held.data, held.key.id)
                 committed = held.data.rfind(b"\n") + 1
-                log = SessionLog.resume(lines, chain.parts())
+                log = resume_log(lines, chain.parts())
                 recovered = RecoveredLog(
                     header,
                     log,

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.backends.log_parts import log_parts
 from app.backends.postgres.state import encode_checkpoint
 from app.domain.history import SurfaceChange
 from app.domain.log import SessionLog
@@ -56,7 +57,7 @@ class Rows:
 
     @classmethod
     def of_log(cls, log: SessionLog) -> Rows:
-        parts = log.parts()
+        parts = log_parts(log)
         flat = parts.surface
         surface = [(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
         checkpoints = dict(zip(parts.turn_ends, parts.checkpoints, strict=True))

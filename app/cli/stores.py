@@ -19,8 +19,8 @@ from app.api.settings import Settings
 from app.backends.base import Backend
 from app.backends.files.reader import FileReader
 from app.backends.postgres import PostgresBackend, redact
+from app.domain.clock import wall_clock_ms
 from app.domain.session import Session, SessionKey
-from app.service.sessions import wall_clock_ms
 
 __all__ = ["ReadableStore", "describe", "readable_store", "store_of_settings", "writable_store_of_settings"]
 

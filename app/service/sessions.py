@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -20,6 +19,7 @@ from typing import Any
 from app.backends.base import Backend, Readiness, Remember, Remembered, SeedLog, SeedPrefix, Tip
 from app.backends.errors import AlreadyRemembered, SessionCorrupt, StaleHead, StorageUnavailable
 from app.domain.boundary import fork_lineage, seed_length
+from app.domain.clock import wall_clock_ms
 from app.domain.errors import (
     ErrorCode,
     EventRejected,
@@ -62,10 +62,6 @@ TAIL_BATCH = 128
 TAIL_RECHECK_SECONDS = 30.0
 # At most this many children are listed by a lineage (spec 7); GET /sessions?parent= pages further.
 LINEAGE_CHILDREN = 1000
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _always() -> bool:

@@ -17,12 +17,12 @@ import pytest
 
 from app.backends.base import Backend, Remembered, SeedLog, SeedPrefix
 from app.backends.errors import AlreadyRemembered, StaleHead
+from app.domain.clock import wall_clock_ms
 from app.domain.errors import SessionAlreadyExists
 from app.domain.ids import new_instance
 from app.domain.log import seed_log
 from app.domain.session import DEFAULT_TENANT, Session, SessionHeader, SessionKey, head_of
 from app.domain.staging import StagedEvents, stage
-from app.service.sessions import wall_clock_ms
 from tests.backends.conftest import BackendFactory
 from tests.events import (
     assistant_message,

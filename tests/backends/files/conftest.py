@@ -16,9 +16,10 @@ from app.api.wire import session_json
 from app.backends.base import CorruptEntry
 from app.backends.catalog import LiveSession
 from app.backends.files import FileBackend, FileOps
+from app.domain.clock import wall_clock_ms
 from app.domain.errors import ErrorCode, SessionError
 from app.domain.session import DEFAULT_TENANT, Session, SessionKey
-from app.service.sessions import SessionService, wall_clock_ms
+from app.service.sessions import SessionService
 from tests.backends.files.faulty_ops import FaultyFileOps
 
 REPO = Path(__file__).resolve().parents[3]

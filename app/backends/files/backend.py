@@ -207,15 +207,15 @@ class FileBackend:
     def checkpointer(self) -> Checkpointer | None:
         return self._checkpointer
 
-    async def close(self, *, index: bool = True) -> None:
-        """At a clean shutdown: write the last checkpoints, then release the directory. ``index=False`` leaves
+    async def close(self, *, checkpoint: bool = True) -> None:
+        """At a clean shutdown: write the last checkpoints, then release the directory. ``checkpoint=False`` leaves
         what a crash leaves (the checkpoints of the last round)."""
         if self._closed:
             return
         self._closed = True
         try:
             if self._checkpointer is not None:
-                await self._checkpointer.close(flush=index)
+                await self._checkpointer.close(flush=checkpoint)
         finally:
             self._writer.close()
             self.journal.close()

@@ -97,7 +97,7 @@ class FileStore:
     async def crash(self) -> None:
         """Let go of the directory as a killed process would: no clean shutdown, no last checkpoints written."""
         self.service.lifecycle = type(self.service.lifecycle).STOPPED
-        await self.backend.close(index=False)
+        await self.backend.close(checkpoint=False)
 
 
 OpenStore = Callable[[Path], Awaitable[FileStore]]
@@ -137,4 +137,4 @@ def open_store(fake_os: FaultyFileOps) -> Iterator[OpenStore]:
 
     yield open_
     for store in opened:
-        asyncio.run(store.backend.close(index=False))
+        asyncio.run(store.backend.close(checkpoint=False))

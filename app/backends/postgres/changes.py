@@ -27,7 +27,7 @@ from app.backends.postgres.errors import DRIVER_ERRORS
 from app.backends.postgres.pool import Connection, PoolSettings, connect
 from app.domain.session import SessionKey
 
-__all__ = ["CHANNEL", "ChangeFeed", "Doorbell"]
+__all__ = ["CHANNEL", "Doorbell", "ReplicaChanges"]
 
 logger = logging.getLogger("forklog.storage")
 
@@ -106,7 +106,7 @@ class Doorbell:
             await asyncio.sleep(RING_INTERVAL)
 
 
-class ChangeFeed:
+class ReplicaChanges:
     """Runs while the backend is open; calls ``listeners`` with the key of each change another replica made."""
 
     def __init__(

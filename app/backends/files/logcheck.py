@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from app.backends.files.checkpoints import COLD_BYTES, Chain, ColdLog
+from app.backends.files.checkpoints import COLD_BYTES, ColdLog, RecordChain
 from app.backends.files.codec import (
     MalformedRecord,
     canonical_header,
@@ -89,7 +89,7 @@ def parse_header(data: bytes, session_id: str) -> SessionHeader:
     return header_from_record(record, session_id)
 
 
-def recover_log(session_id: str, data: bytes, *, now: int, chain: Chain | None = None) -> RecoveredLog:
+def recover_log(session_id: str, data: bytes, *, now: int, chain: RecordChain | None = None) -> RecoveredLog:
     """The session a file's bytes hold, or :class:`CorruptLog`.
 
     With a checkpoint ``chain`` of the header's instance whose bytes the file still begins with, that prefix is

@@ -28,15 +28,15 @@ from app.domain.events import LogState
 from app.domain.history import SurfaceChange, fold_surface, project_message
 
 # Staging moved to app.domain.staging; these names stay importable from here for the modules that still do.
-from app.domain.staging import Checkpoint, StagedEvents, chain, checkpoint, stage
+from app.domain.staging import Checkpoint, StagedEvents, checkpoint, join_staged, stage
 
 __all__ = [
     "SEAL_BYTES",
     "Checkpoint",
     "SessionLog",
     "StagedEvents",
-    "chain",
     "checkpoint",
+    "join_staged",
     "seed_log",
     "stage",
 ]

@@ -22,9 +22,9 @@ __all__ = [
     "Checkpoint",
     "LogTip",
     "StagedEvents",
-    "chain",
     "checkpoint",
     "encode_event",
+    "join_staged",
     "stage",
     "stage_stored",
 ]
@@ -79,7 +79,7 @@ class StagedEvents:
     checkpoints: dict[int, Checkpoint] = field(default_factory=dict)
 
 
-def chain(first: StagedEvents, second: StagedEvents) -> StagedEvents:
+def join_staged(first: StagedEvents, second: StagedEvents) -> StagedEvents:
     """One batch of ``first`` then ``second`` (staged ``after=first``): committed, and written, at once."""
     if second.base_count != first.base_count + len(first.events):
         raise ValueError("the second batch was not staged after the first")
@@ -122,7 +122,7 @@ def stage(
     :class:`EventRejected` at the first bad one.
 
     Nothing changes: the log stays readable, as it was, while the batch is made durable, and it is committed
-    afterwards. ``after``, a batch staged but not committed yet, puts these events after it (see :func:`chain`).
+    afterwards. ``after``, a batch staged but not committed yet, puts these events after it (see :func:`join_staged`).
     """
     committed = tip.state.count
     state = (after.state if after is not None else tip.state).staged()

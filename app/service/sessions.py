@@ -29,7 +29,7 @@ from app.domain.errors import (
     SessionForkError,
 )
 from app.domain.ids import check_id, new_instance, new_session_id
-from app.domain.log import StagedEvents, chain, seed_log, stage
+from app.domain.log import StagedEvents, join_staged, seed_log, stage
 from app.domain.session import Session, SessionKey, check_live, check_meta, head_of, lineage_attrs
 from app.service.appends import AppendQueue, WaitingAppend
 from app.service.changes import ChangeFeed
@@ -517,7 +517,7 @@ class SessionService:
                 refused.append((waiting, refusal))
                 continue
             accepted.append((waiting, staged))
-            combined = staged if combined is None else chain(combined, staged)
+            combined = staged if combined is None else join_staged(combined, staged)
         return accepted, refused, combined
 
     # -- snapshot and fork -----------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from app.domain.errors import SessionAlreadyExists
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey
 
-__all__ = ["MemoryBackend", "RememberedRecords", "live_prefix"]
+__all__ = ["IdempotencyRecords", "MemoryBackend", "live_prefix"]
 
 CHUNK_BYTES = 4 * 1024 * 1024
 
@@ -38,7 +38,7 @@ async def log_chunks(log: SessionLog) -> AsyncIterator[bytes]:
         yield piece
 
 
-class RememberedRecords:
+class IdempotencyRecords:
     """Idempotency records by (tenant, key), in memory."""
 
     def __init__(self) -> None:
@@ -70,7 +70,7 @@ class MemoryBackend:
 
     def __init__(self, clock: Callable[[], int]) -> None:
         self.catalog = Catalog(clock)
-        self.remembered = RememberedRecords()
+        self.remembered = IdempotencyRecords()
         self.observer: StorageObserver = NO_STORAGE_OBSERVER  # nothing here is durable: never told of anything
 
     async def open(self) -> None:

@@ -30,9 +30,9 @@ from app.backends.files.datadir import DataDir
 from app.backends.files.disk_errors import disk_errors
 from app.backends.files.fileops import FileOps, release_free_memory
 from app.backends.files.fullcheck import START_BYTES as PARALLEL_CHECK_BYTES
+from app.backends.files.idempotency_journal import IdempotencyJournal, lines_digest
 from app.backends.files.journal import JOURNAL_NAME, Journal
 from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, parse_header
-from app.backends.files.remembered import RememberedJournal, lines_digest
 from app.backends.files.writer import OPEN_FILES, AppendWriter
 from app.backends.memory import live_prefix, log_chunks
 from app.backends.observer import StorageObserver
@@ -100,7 +100,7 @@ class FileBackend:
         self.datadir = DataDir(data_dir, self.ops, sync=sync)
         self.datadir.lock()
         self.catalog = Catalog(clock)
-        self.remembered = RememberedJournal(self.datadir.root / "index", self.ops, sync=sync)
+        self.remembered = IdempotencyJournal(self.datadir.root / "index", self.ops, sync=sync)
         self._cuts = CutRecords(self.ops, sync=sync)
         self._writer = AppendWriter(self.ops, self._cuts, sync=sync)
         # The paths an append names, made once for the sessions in use (two Path objects an append otherwise).
@@ -459,7 +459,7 @@ class FileBackend:
             await asyncio.to_thread(self._delete_file, key)
         self.catalog.remove(key)
 
-    # -- idempotent retries (app/backends/files/remembered.py) ---------------------------------------------------------
+    # -- idempotent retries (app/backends/files/idempotency_journal.py) ------------------------------------------------
 
     async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
         with disk_errors(Access.READ, "read an idempotency key"):

@@ -24,9 +24,9 @@ from app.backends.files.cuts import CUT_SUFFIX, CutRecords
 from app.backends.files.datadir import LOG_SUFFIX, DataDir, Space
 from app.backends.files.fileops import FileKind, FileOps
 from app.backends.files.fullcheck import START_BYTES, FullChecks, Verdict, worker_count
+from app.backends.files.idempotency_journal import JOURNAL_NAME as REMEMBERED_NAME
 from app.backends.files.journal import JOURNAL_NAME, Journal
 from app.backends.files.logcheck import CorruptLog, RecoveredLog, parse_header, recover_log, salvage_log
-from app.backends.files.remembered import JOURNAL_NAME as REMEMBERED_NAME
 from app.backends.log_parts import resume_log
 from app.domain.ids import ID_PATTERN
 from app.domain.session import DEFAULT_TENANT, SessionKey

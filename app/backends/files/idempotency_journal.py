@@ -27,7 +27,7 @@ from app.backends.base import IdempotencyRecord
 from app.backends.errors import AlreadyRemembered
 from app.backends.files.fileops import FileKind, FileOps
 
-__all__ = ["JOURNAL_NAME", "RememberedJournal", "lines_digest"]
+__all__ = ["JOURNAL_NAME", "IdempotencyJournal", "lines_digest"]
 
 logger = logging.getLogger("forklog.storage")
 
@@ -86,7 +86,7 @@ def _decode(line: bytes) -> tuple[IdempotencyRecord, str | None]:
 ChangeCheck = Callable[[IdempotencyRecord, str | None], bool]
 
 
-class RememberedJournal:
+class IdempotencyJournal:
     def __init__(self, folder: Path, ops: FileOps, *, sync: bool) -> None:
         self._path = folder / JOURNAL_NAME
         self._ops = ops

@@ -31,24 +31,21 @@ from app.api.tracing import Tracing, provider_from_environment
 from app.api.ui import static_mounts
 from app.backends.base import Backend
 from app.backends.files import FileBackend
-from app.backends.memory import MemoryBackend
-from app.backends.postgres import PostgresBackend
+from app.backends.open import open_named_backend
 from app.domain.limits import TenantLimits
 from app.domain.session import DEFAULT_TENANT
 from app.service.observer import NO_SESSION_OBSERVER
-from app.service.sessions import SessionService, wall_clock_ms
+from app.service.sessions import SessionService
 
 __all__ = ["create_app", "open_backend"]
 
 
 def open_backend(settings: Settings) -> Backend:
-    """The backend the settings name; the file backend takes its data directory's lock here (PostgreSQL connects
-    when the service starts, and waits for the database)."""
-    if settings.backend == "memory":
-        return MemoryBackend(clock=wall_clock_ms)
-    if settings.database_url is not None:
-        return PostgresBackend(settings.database_url.get_secret_value(), clock=wall_clock_ms)
-    return FileBackend(settings.data_dir, clock=wall_clock_ms, sync=settings.fsync)
+    """The backend the settings name (see :func:`~app.backends.open.open_named_backend`)."""
+    database_url = settings.database_url.get_secret_value() if settings.database_url is not None else None
+    return open_named_backend(
+        settings.backend, data_dir=settings.data_dir, database_url=database_url, fsync=settings.fsync
+    )
 
 
 def create_app(

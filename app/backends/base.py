@@ -20,8 +20,9 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 from app.backends.observer import StorageObserver
 from app.domain.limits import TenantLimits
 from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
-from app.domain.log import LogTip, SessionLog, StagedEvents
+from app.domain.log import SessionLog
 from app.domain.session import Session, SessionHeader, SessionKey
+from app.domain.staging import LogTip, StagedEvents
 
 __all__ = [
     "Backend",
@@ -29,6 +30,7 @@ __all__ = [
     "CorruptEntry",
     "CountsLocally",
     "EnforcesQuotas",
+    "IdempotencyRecord",
     "LimitsOf",
     "Readiness",
     "Remember",
@@ -102,7 +104,7 @@ ChangeListener = Callable[[SessionKey], None]
 
 
 @dataclass(frozen=True, slots=True)
-class Remembered:
+class IdempotencyRecord:
     """An idempotent request's answer (spec 8), kept with the change it made, for at least 24 hours.
 
     The change is that of session ``session`` (incarnation ``instance``): a create or fork made it with
@@ -123,8 +125,11 @@ class Remembered:
     end_seq: int
 
 
+# The former name of IdempotencyRecord, kept while code written against it (in branches not merged yet) uses it.
+Remembered = IdempotencyRecord
+
 # Builds a create's (or fork's) record from the session it made (whose createdAt the backend assigns).
-Remember = Callable[[Session], Remembered]
+Remember = Callable[[Session], IdempotencyRecord]
 
 
 class Backend(Protocol):
@@ -195,7 +200,7 @@ class Backend(Protocol):
         ``remember``, its record is kept with the session (:class:`~app.backends.errors.AlreadyRemembered` if that
         tenant's key is kept already; then nothing is made)."""
 
-    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[Remembered] = ()) -> None:
+    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[IdempotencyRecord] = ()) -> None:
         """Store a checked batch after the log's last event, atomically (all of it, or none); ``staged.base_count``
         must be the log's length, else :class:`~app.backends.errors.StaleHead`. The ``remember`` records are kept
         with it (``AlreadyRemembered`` refuses the whole batch)."""
@@ -213,7 +218,7 @@ class Backend(Protocol):
 
     # -- idempotent retries (spec 8) ---------------------------------------------------------------------------------
 
-    async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
+    async def recall(self, tenant: str, idempotency_key: str) -> IdempotencyRecord | None:
         """The record kept for ``tenant``'s ``idempotency_key``, or None."""
 
     async def forget(self, before: int) -> None:

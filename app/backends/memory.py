@@ -19,7 +19,7 @@ from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey
 
-__all__ = ["MemoryBackend", "RememberedRecords", "live_prefix"]
+__all__ = ["IdempotencyRecords", "MemoryBackend", "live_prefix"]
 
 CHUNK_BYTES = 4 * 1024 * 1024
 
@@ -45,7 +45,7 @@ async def log_chunks(log: SessionLog) -> AsyncIterator[bytes]:
         yield piece
 
 
-class RememberedRecords:
+class IdempotencyRecords:
     """Idempotency records by (tenant, key), in memory."""
 
     def __init__(self) -> None:
@@ -77,7 +77,7 @@ class MemoryBackend:
 
     def __init__(self, clock: Callable[[], int]) -> None:
         self.catalog = Catalog(clock)
-        self.remembered = RememberedRecords()
+        self.remembered = IdempotencyRecords()
         self.observer: StorageObserver = NO_STORAGE_OBSERVER  # nothing here is durable: never told of anything
 
     async def open(self) -> None:

@@ -31,10 +31,10 @@ from app.backends.files import FileBackend
 from app.backends.files.codec import loads_stored
 from app.backends.postgres import PostgresBackend
 from app.cli.stores import ReadableStore, describe, readable_store
+from app.domain.clock import wall_clock_ms
 from app.domain.errors import EventRejected, SessionAlreadyExists
 from app.domain.log import SessionLog
 from app.domain.session import Session, SessionKey
-from app.service.sessions import wall_clock_ms
 
 __all__ = ["DESCRIPTION", "CopyFailed", "add_arguments", "copy_sessions", "open_store", "run"]
 

@@ -21,12 +21,12 @@ from app.backends.errors import SessionCorrupt, StorageError
 from app.backends.files.codec import MalformedRecord, decode_line, header_from_record, header_problem, parse_line
 from app.cli.store_flags import add_store_flags, store_settings
 from app.cli.stores import writable_store_of_settings
+from app.domain.clock import wall_clock_ms
 from app.domain.errors import InvalidId, SessionAlreadyExists, SessionError
 from app.domain.ids import check_id, new_instance
 from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
 from app.domain.log import SessionLog, seed_log
 from app.domain.session import DEFAULT_TENANT, SessionHeader, SessionKey
-from app.service.sessions import wall_clock_ms
 
 __all__ = ["DESCRIPTION", "add_arguments", "read_log", "run"]
 

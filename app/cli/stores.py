@@ -14,13 +14,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Protocol
 
-from app.api.app import open_backend
 from app.api.settings import Settings
 from app.backends.base import Backend
 from app.backends.files.reader import FileReader
+from app.backends.open import open_named_backend
 from app.backends.postgres import PostgresBackend, redact
+from app.domain.clock import wall_clock_ms
 from app.domain.session import Session, SessionKey
-from app.service.sessions import wall_clock_ms
 
 __all__ = ["ReadableStore", "describe", "readable_store", "store_of_settings", "writable_store_of_settings"]
 
@@ -72,4 +72,4 @@ def writable_store_of_settings(settings: Settings) -> Backend:
     at once (a command does not wait for it as a service does)."""
     if settings.database_url is not None:
         return PostgresBackend(settings.database_url.get_secret_value(), clock=wall_clock_ms, wait=False)
-    return open_backend(settings)
+    return open_named_backend(settings.backend, data_dir=settings.data_dir, database_url=None, fsync=settings.fsync)

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from app.backends.errors import StorageError
 from app.backends.files.reader import FileReader
 from app.cli.store_flags import add_store_flags, store_settings
-from app.service.sessions import wall_clock_ms
+from app.domain.clock import wall_clock_ms
 
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
 

@@ -19,33 +19,28 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from itertools import accumulate
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from app.domain.errors import ErrorCode, EventRejected, SessionError
-from app.domain.events import NO_PENDING, STORAGE_TAGS, LogState, admit, admit_stored
+from app.domain.events import LogState
 from app.domain.history import SurfaceChange, fold_surface, project_message
-from app.domain.jsonvalue import dumps
-from app.domain.summary import TITLE_TYPE, preview_of, title_of
+
+# Staging moved to app.domain.staging; these names stay importable from here for the modules that still do.
+from app.domain.staging import Checkpoint, StagedEvents, checkpoint, join_staged, replace_targets, stage
+from app.domain.summary import TITLE_TYPE, title_of
 
 __all__ = [
     "SEAL_BYTES",
     "Checkpoint",
-    "LogDelta",
-    "LogParts",
-    "LogTip",
     "SessionLog",
     "StagedEvents",
-    "chain",
     "checkpoint",
-    "encode_event",
+    "join_staged",
     "replace_targets",
     "seed_log",
     "stage",
-    "stage_stored",
 ]
 
 # The growing part of a log is sealed (made shareable) once it holds this many bytes, or SEAL_EVENTS events.
@@ -54,124 +49,6 @@ SEAL_EVENTS = 1 << 14
 
 # A buffer of bytes: bytes, a bytearray or a memoryview of either.
 Buffer = bytes | bytearray | memoryview
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """The invariant trace right after a ``turn/end`` (the rest of it is known: no turn or step is open)."""
-
-    next_turn: Any
-    next_step: Any
-    pending: frozenset[Any]
-
-    def columns(self) -> list[Any]:
-        """What a store keeps of it (read back by :func:`checkpoint`), the pending calls sorted as
-        :meth:`LogState.columns` sorts them."""
-        return [self.next_turn, self.next_step, sorted(self.pending, key=str)]
-
-
-# Checkpoints repeat across sessions (every session's first turn ends the same way): each value is kept once.
-_CHECKPOINTS: dict[Checkpoint, Checkpoint] = {}
-_CHECKPOINTS_LIMIT = 1 << 16
-
-
-def checkpoint(next_turn: Any, next_step: Any, pending: frozenset[Any] = NO_PENDING) -> Checkpoint:
-    """The shared :class:`Checkpoint` of these values."""
-    point = Checkpoint(next_turn, next_step, pending if pending else NO_PENDING)
-    try:
-        return _CHECKPOINTS[point]
-    except KeyError:
-        if len(_CHECKPOINTS) < _CHECKPOINTS_LIMIT:
-            _CHECKPOINTS[point] = point
-        return point
-    except TypeError:  # a value that does not hash (never one the rules let through, but keep it unshared)
-        return point
-
-
-@dataclass(slots=True)
-class StagedEvents:
-    """A validated batch not yet part of the log: commit it once its bytes are durable, or drop it.
-
-    ``ends[i]`` is the offset just past event ``i``'s newline within ``lines``.
-    """
-
-    base_count: int
-    state: LogState
-    events: list[dict[str, Any]]
-    lines: bytes
-    ends: array[int]
-    surface_ops: list[SurfaceChange] = field(default_factory=list)
-    turn_ends: list[int] = field(default_factory=list)
-    checkpoints: dict[int, Checkpoint] = field(default_factory=dict)
-
-
-def chain(first: StagedEvents, second: StagedEvents) -> StagedEvents:
-    """One batch of ``first`` then ``second`` (staged ``after=first``): committed, and written, at once."""
-    if second.base_count != first.base_count + len(first.events):
-        raise ValueError("the second batch was not staged after the first")
-    shift = len(first.lines)
-    return StagedEvents(
-        base_count=first.base_count,
-        state=second.state,
-        events=first.events + second.events,
-        lines=first.lines + second.lines,
-        ends=first.ends + array("q", (end + shift for end in second.ends)),
-        surface_ops=first.surface_ops + second.surface_ops,
-        turn_ends=first.turn_ends + second.turn_ends,
-        checkpoints={**first.checkpoints, **second.checkpoints},
-    )
-
-
-def encode_event(event: dict[str, Any]) -> bytes:
-    return dumps(event)
-
-
-@dataclass(frozen=True, slots=True)
-class LogParts:
-    """Events of a log apart from their bytes (what a backend's checkpoint keeps): the rules' state after the last
-    of them, each line's end offset (from the log's first byte), the surface changes as flat ``seq, start, end``
-    triples, the ``turn/end`` seqs and the checkpoint at each (in the same order)."""
-
-    state: LogState
-    ends: Sequence[int]
-    surface: Sequence[int]
-    turn_ends: Sequence[int]
-    checkpoints: Sequence[Checkpoint]
-
-
-@dataclass(frozen=True, slots=True)
-class LogDelta:
-    """What a log held past event ``start`` when :meth:`SessionLog.since` took it: events ``start`` .. ``stop - 1``,
-    the rules' state after them, their bytes from ``body_from`` to ``body_stop`` (``body``), and their columns as
-    raw native 64-bit integers (``ends``, ``surface``, ``turn_ends``), each a tuple of pieces.
-
-    Nothing in it changes while the log grows, so another thread may read it: the pieces of sealed parts are views
-    (no copy), those of the growing part copies.
-    """
-
-    start: int
-    stop: int
-    body_start: int  # the offset of event ``start``'s first byte
-    body_from: int
-    body_stop: int
-    body: tuple[Buffer, ...]
-    state: LogState
-    ends: tuple[memoryview, ...]
-    surface: tuple[memoryview, ...]
-    turn_ends: tuple[memoryview, ...]
-    checkpoints: tuple[Checkpoint, ...]
-
-    @property
-    def parts(self) -> LogParts:
-        """The same as one :class:`LogParts` (its columns copied into arrays)."""
-        columns = []
-        for pieces in (self.ends, self.surface, self.turn_ends):
-            column: array[int] = array("q")
-            for piece in pieces:
-                column.frombytes(piece)
-            columns.append(column)
-        ends, surface, turn_ends = columns
-        return LogParts(self.state, ends, surface, turn_ends, list(self.checkpoints))
 
 
 class _Part:
@@ -262,16 +139,6 @@ class _Growing(_Part):
         copy.turn_ends = self.turn_ends[:turns]
         copy.checkpoints = self.checkpoints[:turns]
         return copy
-
-
-def _raw(column: Sequence[int], start: int, *, sealed: bool) -> memoryview:
-    """A column's items from ``start`` on as raw bytes: a view of a sealed part's (it never changes), a copy of the
-    growing part's (a view would keep it from growing)."""
-    if sealed and isinstance(column, array | memoryview):
-        view = column if isinstance(column, memoryview) else memoryview(column)
-        return view[start:].cast("B")
-    copy = column[start:] if isinstance(column, array) else array("q", column[start:])
-    return memoryview(copy).cast("B")
 
 
 def _base_of(part: _Part) -> int:
@@ -546,228 +413,6 @@ class SessionLog:
                     return title_of(event.get("data")), seq
                 position = data.rfind(needle, 0, part.start_of(seq) - part.base)
         return None, None
-
-    # -- the parts a checked log is made of (a backend's checkpoints keep them) ---------------------------------------
-
-    def since(self, start: int, body_from: int | None = None) -> LogDelta:
-        """Events ``start`` .. the end, and the bytes from ``body_from`` (default: event ``start``'s first byte) to
-        the end, in pieces another thread may read while this log grows: views of sealed parts, copies of the
-        growing one (of what is asked of it only)."""
-        stop = len(self)
-        body_start = self.offset(start)
-        body_from = body_start if body_from is None else body_from
-        body_stop = self.byte_size
-        ends: list[memoryview] = []
-        surface: list[memoryview] = []
-        turn_ends: list[memoryview] = []
-        checkpoints: list[Checkpoint] = []
-        for part in self._parts():
-            if part.stop <= start:
-                continue
-            sealed = part is not self._growing
-            first_turn = bisect_left(part.turn_ends, start)
-            ends.append(_raw(part.ends, max(start - part.first, 0), sealed=sealed))
-            surface.append(_raw(part.surface, 3 * part.changes_upto(start - 1), sealed=sealed))
-            turn_ends.append(_raw(part.turn_ends, first_turn, sealed=sealed))
-            checkpoints.extend(part.checkpoints[first_turn:])
-        return LogDelta(
-            start=start,
-            stop=stop,
-            body_start=body_start,
-            body_from=body_from,
-            body_stop=body_stop,
-            body=tuple(self._pieces(body_from, body_stop)),
-            state=self.state,
-            ends=tuple(ends),
-            surface=tuple(surface),
-            turn_ends=tuple(turn_ends),
-            checkpoints=tuple(checkpoints),
-        )
-
-    def parts(self) -> LogParts:
-        """Everything but the events' bytes that makes this log (see :meth:`resume`)."""
-        return self.since(0, self.byte_size).parts
-
-    @classmethod
-    def resume(cls, body: Buffer, parts: LogParts) -> SessionLog:
-        """The log whose lines are ``body`` and whose rules stood as ``parts`` says (every column whole, from the
-        first event); ValueError if they do not fit. A large body is kept as it is (one sealed part, viewed, not
-        copied); a small one is copied only once the log grows."""
-        count = parts.state.count
-        ends, surface, turn_ends = parts.ends, parts.surface, parts.turn_ends
-        if (
-            len(ends) != count
-            or (count and ends[-1] != len(body))
-            or (not count and len(body))
-            or (count and body[-1] != 0x0A)
-            or (isinstance(body, bytes) and body.count(b"\n") != count)
-            or len(surface) % 3
-            or len(turn_ends) != len(parts.checkpoints)
-            or (len(turn_ends) and not (turn_ends[0] >= 0 and turn_ends[-1] < count))
-            or (len(surface) and not (surface[0] >= 0 and surface[-3] < count))
-            or any(not isinstance(point, Checkpoint) for point in parts.checkpoints)
-        ):
-            raise ValueError("the parts do not fit the body")
-        log = cls()
-        if len(body) >= cls.seal_bytes:
-            view = body if isinstance(body, memoryview) else memoryview(body)
-            log._sealed = (_Part(0, 0, view, ends, surface, turn_ends, tuple(parts.checkpoints)),)
-            log._firsts = (0,)
-            log._growing = _Growing(count, len(body))
-        else:
-            growing = log._growing
-            growing.body = bytes(body)
-            growing.ends = ends if isinstance(ends, array) else array("q", ends)
-            growing.surface = surface if isinstance(surface, array) else array("q", surface)
-            growing.turn_ends = turn_ends if isinstance(turn_ends, array) else array("q", turn_ends)
-            growing.checkpoints = list(parts.checkpoints)
-        log.state = parts.state
-        return log
-
-
-class LogTip(Protocol):
-    """What staging needs of a log: the rules' state after its last event, and its events by seq."""
-
-    @property
-    def state(self) -> LogState: ...
-
-    def event(self, seq: int) -> dict[str, Any]: ...
-
-
-def stage(
-    tip: LogTip,
-    raws: Sequence[Any],
-    *,
-    appended: bool,
-    now: int,
-    breaks: dict[int, str] | None = None,
-    after: StagedEvents | None = None,
-) -> StagedEvents:
-    """Validate ``raws`` as the next events of the log behind ``tip``, as one sequence; raise
-    :class:`EventRejected` at the first bad one.
-
-    Nothing changes: the log stays readable, as it was, while the batch is made durable, and it is committed
-    afterwards. ``after``, a batch staged but not committed yet, puts these events after it (see :func:`chain`).
-    """
-    committed = tip.state.count
-    state = (after.state if after is not None else tip.state).staged()
-    base = after.base_count + len(after.events) if after is not None else committed
-    staged = StagedEvents(base_count=base, state=state, events=[], lines=b"", ends=array("q"))
-
-    def event_at(seq: int) -> dict[str, Any]:
-        if seq < committed:
-            return tip.event(seq)
-        if seq < base:
-            assert after is not None
-            return after.events[seq - after.base_count]
-        return staged.events[seq - base]
-
-    chunks: list[bytes] = []
-    offset = 0
-    for index, raw in enumerate(raws):
-        event = admit(
-            state,
-            raw,
-            index,
-            appended=appended,
-            now=now,
-            event_at=event_at,
-            lossless_break=breaks.get(index) if breaks else None,
-        )
-        try:
-            line = encode_event(event) + b"\n"
-        except TypeError as exc:  # e.g. a string orjson cannot encode; never stored
-            raise EventRejected(index, f"the event cannot be stored losslessly: {exc}") from None
-        chunks.append(line)
-        offset += len(line)
-        staged.ends.append(offset)
-        staged.events.append(event)
-        _note(staged, event)
-    state.body_bytes += offset
-    staged.lines = b"".join(chunks)
-    state.freeze()
-    return staged
-
-
-def _note(staged: StagedEvents, event: dict[str, Any]) -> None:
-    """Keep what the log knows of an admitted ``event`` beside its bytes: its surface change, its turn's end, the
-    session's title and preview (spec 12)."""
-    seq = event["seq"]
-    if "surfaceOp" in event:
-        op = event["surfaceOp"]
-        if isinstance(op, dict):
-            staged.surface_ops.append((seq, int(op["start"]), int(op["end"])))
-        else:
-            staged.surface_ops.append((seq, -1, -1))
-    kind = event["type"]
-    state = staged.state
-    if kind == "turn/end":
-        staged.turn_ends.append(seq)
-        staged.checkpoints[seq] = checkpoint(state.next_turn, state.next_step, frozenset(state.pending))
-    elif kind == TITLE_TYPE:
-        state.title, state.title_seq = title_of(event["data"]), seq
-    elif kind == "user/message" and state.preview_seq is None:
-        state.preview, state.preview_seq = preview_of(event["data"]), seq
-
-
-def stage_stored(
-    tip: LogTip, window: bytes, lines: Sequence[bytes], values: list[Any], *, now: int
-) -> StagedEvents | None:
-    """:func:`stage` of stored events (``appended=False``) whose bytes are known: ``window`` is their lines, each
-    ending in a newline, ``lines`` the same without the newlines, and ``values[i]`` was parsed from ``lines[i]``,
-    whose bytes are its canonical encoding. The staged bytes are ``window`` itself (nothing is encoded again) and the
-    common shapes are admitted at once (:func:`~app.domain.events.admit_stored`).
-
-    None when that is not all there is to it: a value that is no stored event (no ``seq`` and ``time``, the wrong
-    seq, a packed row), an event the rules refuse, or one that would be stored in another form than it came.
-    Nothing has changed then, and :func:`stage` decides (and says why it refuses).
-    """
-    committed = tip.state.count
-    state = tip.state.staged()
-    staged = StagedEvents(base_count=committed, state=state, events=values, lines=window, ends=array("q"))
-
-    def event_at(seq: int) -> dict[str, Any]:
-        return tip.event(seq) if seq < committed else values[seq - committed]
-
-    for index, raw in enumerate(values):
-        if admit_stored(state, raw):
-            if state.last_type == "turn/end":
-                staged.turn_ends.append(raw["seq"])
-                staged.checkpoints[raw["seq"]] = checkpoint(state.next_turn, state.next_step, frozenset(state.pending))
-            continue
-        if type(raw) is not dict or raw.get("seq") != state.count or "time" not in raw:
-            return None
-        kind = raw.get("type")
-        if type(kind) is str and kind in STORAGE_TAGS:
-            return None
-        try:
-            event = admit(state, raw, index, appended=False, now=now, event_at=event_at)
-        except EventRejected:
-            return None
-        if event is not raw:
-            return None
-        _note(staged, event)
-    ends = staged.ends = array("q", accumulate(map(len, lines), _past_newline, initial=0))
-    del ends[0]
-    state.body_bytes += len(window)
-    state.freeze()
-    return staged
-
-
-def _past_newline(end: int, length: int) -> int:
-    return end + length + 1
-
-
-def replace_targets(*batches: Sequence[Any]) -> set[int]:
-    """Seqs a ``tool/result`` replace may compare with: the ``start`` of every replace surfaceOp in the batches (the
-    events a check of them looks up)."""
-    wanted: set[int] = set()
-    for events in batches:
-        for event in events:
-            op = event.get("surfaceOp") if isinstance(event, dict) else None
-            if isinstance(op, dict) and isinstance(op.get("start"), int):
-                wanted.add(op["start"])
-    return wanted
 
 
 def seed_log(seed: Sequence[Any] | None, *, now: int, breaks: dict[int, str] | None = None) -> SessionLog:

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from app.backends.base import Remembered
+from app.backends.base import IdempotencyRecord
 from app.domain.session import SessionKey
 from app.service.locks import KeyedLocks
 
@@ -33,7 +33,7 @@ class WaitingAppend(Generic[R]):
     instance: str | None
     breaks: dict[int, str] | None
     answer: asyncio.Future[R]
-    record: Callable[[R], Remembered] | None = None
+    record: Callable[[R], IdempotencyRecord] | None = None
     claimed: tuple[str, str] | None = None
     # The request's context: a batch runs in its first request's (its trace's span is the parent of the sync's).
     context: contextvars.Context | None = None
@@ -69,7 +69,7 @@ class AppendQueue(Generic[R]):
         expected_seq: int | None,
         instance: str | None,
         breaks: dict[int, str] | None,
-        record: Callable[[R], Remembered] | None = None,
+        record: Callable[[R], IdempotencyRecord] | None = None,
         claimed: tuple[str, str] | None = None,
     ) -> R:
         waiting: WaitingAppend[R] = WaitingAppend(

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from app.backends.base import Backend, Remember, Remembered
+from app.backends.base import Backend, IdempotencyRecord, Remember
 from app.backends.errors import AlreadyRemembered, StorageError
 from app.domain.session import Session
 from app.service.errors import IdempotencyKeyInProgress, IdempotencyKeyReused
@@ -53,8 +53,8 @@ class Claim:
     request: IdempotentRequest
     now: Callable[[], int]
 
-    def record(self, answer: Answer, session: Session, first_seq: int) -> Remembered:
-        return Remembered(
+    def record(self, answer: Answer, session: Session, first_seq: int) -> IdempotencyRecord:
+        return IdempotencyRecord(
             tenant=self.request.tenant,
             key=self.request.key,
             fingerprint=self.request.fingerprint,
@@ -133,7 +133,7 @@ class IdempotencyGate:
             await asyncio.sleep(SWEEP_SECONDS)
 
 
-def _replay(kept: Remembered, request: IdempotentRequest) -> Answer:
+def _replay(kept: IdempotencyRecord, request: IdempotentRequest) -> Answer:
     if kept.fingerprint != request.fingerprint:
         raise IdempotencyKeyReused()
     return Answer(kept.status, kept.location, kept.body)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -34,6 +33,7 @@ from app.backends.base import (
 )
 from app.backends.errors import AlreadyRemembered, SessionCorrupt, StaleHead, StorageUnavailable
 from app.domain.boundary import fork_lineage, seed_length
+from app.domain.clock import wall_clock_ms
 from app.domain.errors import (
     ErrorCode,
     EventRejected,
@@ -45,7 +45,7 @@ from app.domain.errors import (
 from app.domain.ids import check_id, new_instance, new_session_id
 from app.domain.limits import NO_LIMITS, TenantLimits
 from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
-from app.domain.log import StagedEvents, chain, replace_targets, seed_log, stage
+from app.domain.log import StagedEvents, join_staged, replace_targets, seed_log, stage
 from app.domain.search import Match
 from app.domain.session import Session, SessionHeader, SessionKey, check_live, check_meta, head_of, lineage_attrs
 from app.service.appends import AppendQueue, WaitingAppend
@@ -83,10 +83,6 @@ TAIL_BATCH = 128
 TAIL_RECHECK_SECONDS = 30.0
 # At most this many children are listed by a lineage (spec 7); GET /sessions?parent= pages further.
 LINEAGE_CHILDREN = 1000
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _always() -> bool:
@@ -630,7 +626,7 @@ class SessionService:
                 refused.append((waiting, refusal))
                 continue
             accepted.append((waiting, staged))
-            combined = staged if combined is None else chain(combined, staged)
+            combined = staged if combined is None else join_staged(combined, staged)
         return accepted, refused, combined
 
     # -- snapshot and fork -----------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 from app.backends.errors import StorageUnavailable
 from app.backends.memory import MemoryBackend
-from app.service.sessions import wall_clock_ms
+from app.domain.clock import wall_clock_ms
 from tests.api.builders import as_seed, note, open_turn, turn, turn_end
 from tests.api.conftest import AppFactory, ClientFactory
 from tests.api.helpers import (

@@ -9,7 +9,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.backends.memory import MemoryBackend
-from app.service.sessions import wall_clock_ms
+from app.domain.clock import wall_clock_ms
 from tests.api.builders import note, turn
 from tests.api.conftest import AppFactory, ClientFactory
 from tests.api.helpers import assert_invalid_request, assert_problem, create, events_of, get_session, serve

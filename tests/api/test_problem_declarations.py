@@ -29,7 +29,7 @@ from app.api.settings import Settings
 from app.backends.base import Backend
 from app.backends.errors import StaleHead, StorageUnavailable
 from app.backends.memory import MemoryBackend
-from app.service.sessions import wall_clock_ms
+from app.domain.clock import wall_clock_ms
 from tests.api.builders import note, open_turn, turn, turn_end
 from tests.api.conftest import LOCAL
 from tests.api.helpers import PROBLEM_JSON, Response, wait_ready

@@ -20,7 +20,7 @@ from app.backends.errors import Access
 from app.backends.files import FileBackend, FileOps
 from app.backends.postgres import PostgresBackend
 from app.backends.postgres.pool import Connection
-from app.service.sessions import wall_clock_ms
+from app.domain.clock import wall_clock_ms
 from tests.api.builders import note, turn
 from tests.api.conftest import LOCAL
 from tests.api.helpers import assert_problem, wait_ready

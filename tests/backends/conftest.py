@@ -16,7 +16,7 @@ from app.backends.base import Backend
 from app.backends.files import FileBackend
 from app.backends.memory import MemoryBackend
 from app.backends.postgres import PostgresBackend
-from app.service.sessions import wall_clock_ms
+from app.domain.clock import wall_clock_ms
 
 BACKENDS = ["file", "memory", "postgres"]
 

@@ -15,13 +15,14 @@ from typing import Any
 import orjson
 import pytest
 
-from app.backends.base import Backend, Remembered, SeedLog, SeedPrefix
+from app.backends.base import Backend, IdempotencyRecord, SeedLog, SeedPrefix
 from app.backends.errors import AlreadyRemembered, StaleHead
+from app.domain.clock import wall_clock_ms
 from app.domain.errors import SessionAlreadyExists
 from app.domain.ids import new_instance
-from app.domain.log import StagedEvents, seed_log, stage
+from app.domain.log import seed_log
 from app.domain.session import DEFAULT_TENANT, Session, SessionHeader, SessionKey, head_of
-from app.service.sessions import wall_clock_ms
+from app.domain.staging import StagedEvents, stage
 from tests.backends.conftest import BackendFactory
 from tests.events import (
     assistant_message,
@@ -421,8 +422,10 @@ async def test_a_restored_session_keeps_its_header_and_later_creates_follow_it(b
 # -- idempotency records (spec 8) ------------------------------------------------------------------------------------
 
 
-def record(idempotency_key: str, session: Session, first_seq: int, *, tenant: str = DEFAULT_TENANT) -> Remembered:
-    return Remembered(
+def record(
+    idempotency_key: str, session: Session, first_seq: int, *, tenant: str = DEFAULT_TENANT
+) -> IdempotencyRecord:
+    return IdempotencyRecord(
         tenant=tenant,
         key=idempotency_key,
         fingerprint="f" * 64,

@@ -125,7 +125,7 @@ async def test_a_start_after_a_crash_rebuilds_what_the_sidebar_shows(make_backen
     await backend.checkpoint()
     await append(backend, "s", [*turn(2), title("After the checkpoint")])
     before = (await found(backend, "s")).head
-    await backend.close(index=False)
+    await backend.close(checkpoint=False)
     make_backend.opened.remove(backend)
     backend = await make_backend.open()
     assert (await found(backend, "s")).head == before

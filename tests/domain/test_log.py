@@ -102,34 +102,3 @@ def test_every_prefix_of_a_log_in_parts_is_that_prefix_and_grows_on_its_own(per_
         assert source.lines() == before
     grown(source, turns(1, first=7), 2)
     assert source.lines().startswith(before)
-
-
-def test_a_log_resumed_from_its_parts_is_the_same_log() -> None:
-    for log in (grown(SmallPartsLog(), SIX_TURNS, 2), grown(SessionLog(), SIX_TURNS, 5), SessionLog()):
-        body = log.lines()
-        for resumed in (SessionLog.resume(body, log.parts()), SmallPartsLog.resume(memoryview(body), log.parts())):
-            assert observed(resumed) == observed(log)
-            grown(resumed, turns(1, first=log.state.next_turn), 3)
-            assert resumed.lines().startswith(body)
-
-
-def test_parts_that_do_not_fit_the_body_are_refused() -> None:
-    log = grown(SessionLog(), SIX_TURNS, 100)
-    body = log.lines()
-    with pytest.raises(ValueError):
-        SessionLog.resume(body[:-1], log.parts())
-    with pytest.raises(ValueError):
-        SessionLog.resume(body + body, log.parts())
-
-
-def test_what_a_log_held_past_a_point_is_the_rest_of_it() -> None:
-    log = grown(SmallPartsLog(), SIX_TURNS, 3)
-    whole = log.parts()
-    for start in range(len(log)):
-        delta = log.since(start, body_from=log.offset(start) // 2)
-        assert b"".join(delta.body) == log.lines()[log.offset(start) // 2 :]
-        assert delta.body_start == log.offset(start)
-        assert list(delta.parts.ends) == list(whole.ends)[start:]
-        kept = [index for index in range(0, len(whole.surface), 3) if whole.surface[index] >= start]
-        assert list(delta.parts.surface) == [whole.surface[index + k] for index in kept for k in range(3)]
-        assert list(delta.parts.turn_ends) == [seq for seq in whole.turn_ends if seq >= start]

@@ -15,10 +15,11 @@ import pytest
 
 from app.backends.base import SeedLog, SeedPrefix
 from app.backends.files import FileBackend
+from app.domain.clock import wall_clock_ms
 from app.domain.ids import new_instance
-from app.domain.log import seed_log, stage
+from app.domain.log import seed_log
 from app.domain.session import SessionKey
-from app.service.sessions import wall_clock_ms
+from app.domain.staging import stage
 from tests.e2e.server import REPO, run_app
 
 pytestmark = pytest.mark.e2e

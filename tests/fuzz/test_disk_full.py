@@ -23,8 +23,8 @@ import pytest
 from app.api.app import create_app
 from app.api.settings import Settings
 from app.backends.files import FileBackend, FileOps
+from app.domain.clock import wall_clock_ms
 from app.domain.session import DEFAULT_TENANT, SessionKey
-from app.service.sessions import wall_clock_ms
 from tests.events import user_message
 from tests.fuzz.support import (
     ServerProcess,

@@ -8,8 +8,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from app.backends.memory import MemoryBackend
+from app.domain.clock import wall_clock_ms
 from app.domain.session import DEFAULT_TENANT, SessionKey
-from app.service.sessions import Deleted, SessionService, TailEvents, wall_clock_ms
+from app.service.sessions import Deleted, SessionService, TailEvents
 from tests.api.builders import note
 
 KEY = SessionKey(DEFAULT_TENANT, "s")

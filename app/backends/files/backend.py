@@ -40,9 +40,9 @@ from app.backends.files.datadir import DataDir
 from app.backends.files.disk_errors import disk_errors
 from app.backends.files.fileops import FileOps, release_free_memory
 from app.backends.files.fullcheck import START_BYTES as PARALLEL_CHECK_BYTES
+from app.backends.files.idempotency_journal import IdempotencyJournal, lines_digest
 from app.backends.files.journal import JOURNAL_NAME, Journal
 from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, parse_header
-from app.backends.files.remembered import RememberedJournal, lines_digest
 from app.backends.files.writer import OPEN_FILES, AppendWriter
 from app.backends.memory import live_prefix, log_chunks
 from app.backends.observer import StorageObserver
@@ -113,7 +113,7 @@ class FileBackend:
         self.datadir = DataDir(data_dir, self.ops, sync=sync)
         self.datadir.lock()
         self.catalog = Catalog(clock)
-        self.remembered = RememberedJournal(self.datadir.root / "index", self.ops, sync=sync)
+        self.remembered = IdempotencyJournal(self.datadir.root / "index", self.ops, sync=sync)
         self._cuts = CutRecords(self.ops, sync=sync)
         self._writer = AppendWriter(self.ops, self._cuts, sync=sync)
         # The paths an append names, made once for the sessions in use (two Path objects an append otherwise).
@@ -220,15 +220,15 @@ class FileBackend:
     def checkpointer(self) -> Checkpointer | None:
         return self._checkpointer
 
-    async def close(self, *, index: bool = True) -> None:
-        """At a clean shutdown: write the last checkpoints, then release the directory. ``index=False`` leaves
+    async def close(self, *, checkpoint: bool = True) -> None:
+        """At a clean shutdown: write the last checkpoints, then release the directory. ``checkpoint=False`` leaves
         what a crash leaves (the checkpoints of the last round)."""
         if self._closed:
             return
         self._closed = True
         try:
             if self._checkpointer is not None:
-                await self._checkpointer.close(flush=index)
+                await self._checkpointer.close(flush=checkpoint)
         finally:
             self._writer.close()
             self.journal.close()
@@ -492,7 +492,7 @@ class FileBackend:
             await asyncio.to_thread(self._delete_file, key)
         self.catalog.remove(key)
 
-    # -- idempotent retries (app/backends/files/remembered.py) ---------------------------------------------------------
+    # -- idempotent retries (app/backends/files/idempotency_journal.py) ------------------------------------------------
 
     async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
         with disk_errors(Access.READ, "read an idempotency key"):

@@ -37,7 +37,8 @@ from app.backends.files.checkpoints import (
 )
 from app.backends.files.fileops import release_free_memory
 from app.backends.files.journal import Journal, Record
-from app.domain.log import Buffer, LogDelta
+from app.backends.log_parts import LogDelta, log_since
+from app.domain.log import Buffer
 from app.domain.session import SessionKey
 
 __all__ = ["Checkpointer"]
@@ -153,7 +154,7 @@ class Checkpointer:
             start = live.checkpointed
             if len(log) <= start:
                 continue
-            items.append(_Item(live, log.since(start, log.offset(start) // BLOCK_BYTES * BLOCK_BYTES)))
+            items.append(_Item(live, log_since(log, start, log.offset(start) // BLOCK_BYTES * BLOCK_BYTES)))
         return items
 
     def _write(self, items: list[_Item]) -> None:

@@ -24,16 +24,17 @@ from collections.abc import Iterable, Sequence
 
 import orjson
 
+from app.backends.log_parts import LogDelta, LogParts, resume_log
 from app.domain.events import LogState
 from app.domain.history import fold_surface
-from app.domain.log import Buffer, Checkpoint, LogDelta, LogParts, SessionLog, checkpoint
+from app.domain.log import Buffer, Checkpoint, SessionLog, checkpoint
 from app.domain.session import LogHead, SessionKey, head_of
 
 __all__ = [
     "BLOCK_BYTES",
     "COLD_BYTES",
-    "Chain",
     "ColdLog",
+    "RecordChain",
     "decode_record",
     "encode_record",
     "read_chains",
@@ -284,7 +285,7 @@ def decode_record(payload: bytes | memoryview) -> Record:
     )
 
 
-class Chain:
+class RecordChain:
     """A session's records, the first starting at event 0 and each next where the previous stopped."""
 
     __slots__ = ("digests", "records")
@@ -385,18 +386,18 @@ def encode_merged(key: SessionKey, instance: str, parts: LogParts, body_stop: in
     return encode_record(key, instance, delta, digests)
 
 
-def read_chains(payloads: Iterable[bytes | memoryview]) -> dict[SessionKey, Chain]:
+def read_chains(payloads: Iterable[bytes | memoryview]) -> dict[SessionKey, RecordChain]:
     """Every session's chain in the journal's records, in order: a record from event 0 starts a chain anew (a new
     incarnation, or a rewrite), any other one extends its session's chain if it fits; a record that does not decode
     is skipped."""
-    chains: dict[SessionKey, Chain] = {}
+    chains: dict[SessionKey, RecordChain] = {}
     for payload in payloads:
         try:
             record = decode_record(payload)
         except (ValueError, struct.error, UnicodeDecodeError):
             continue
         if record.start == 0:
-            chains[record.key] = Chain(record)
+            chains[record.key] = RecordChain(record)
             continue
         chain = chains.get(record.key)
         if chain is not None:
@@ -448,7 +449,7 @@ class ColdLog(bytes):
         ends, surface, turn_ends = columns
         state, checkpoints = _described(description, ends_length)
         state.nodes = _fold(surface)
-        return SessionLog.resume(bytes(self[at:]), LogParts(state, ends, surface, turn_ends, checkpoints))
+        return resume_log(bytes(self[at:]), LogParts(state, ends, surface, turn_ends, checkpoints))
 
     def head(self) -> LogHead:
         description, _, ends, _, _ = self._description()

@@ -27,6 +27,7 @@ from typing import Generic, TypeVar
 from app.backends.files.checkpoints import encode_record
 from app.backends.files.fileops import release_free_memory
 from app.backends.files.logcheck import CorruptLog, check_log
+from app.backends.log_parts import log_since
 from app.domain.session import SessionKey
 
 __all__ = ["START_BYTES", "FileTask", "FullChecks", "Verdict", "check_files", "worker_count"]
@@ -73,7 +74,7 @@ def check_files(tasks: list[FileTask], now: int) -> list[Verdict]:
         except CorruptLog as exc:
             verdicts.append((None, None, exc.reason, exc.created_at))
             continue
-        record = b"".join(encode_record(SessionKey(tenant, session_id), header.instance, log.since(0, 0)))
+        record = b"".join(encode_record(SessionKey(tenant, session_id), header.instance, log_since(log, 0, 0)))
         lines = None if mirrored else log.lines()  # packed rows expanded, or lines re-encoded: the log's own
         verdicts.append((record, lines, None, None))
         del data, log

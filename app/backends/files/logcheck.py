@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from app.backends.files.checkpoints import COLD_BYTES, Chain, ColdLog
+from app.backends.files.checkpoints import COLD_BYTES, ColdLog, RecordChain
 from app.backends.files.codec import (
     MalformedRecord,
     canonical_header,
@@ -23,10 +23,12 @@ from app.backends.files.codec import (
     may_round_trip_lossily,
     parse_line,
 )
+from app.backends.log_parts import log_parts, resume_log
 from app.domain.errors import EventRejected
 from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
-from app.domain.log import SessionLog, StagedEvents, stage_stored
+from app.domain.log import SessionLog
 from app.domain.session import SessionHeader
+from app.domain.staging import StagedEvents, stage_stored
 
 __all__ = ["CorruptLog", "RecoveredLog", "check_log", "parse_header", "recover_log", "salvage_log"]
 
@@ -87,7 +89,7 @@ def parse_header(data: bytes, session_id: str) -> SessionHeader:
     return header_from_record(record, session_id)
 
 
-def recover_log(session_id: str, data: bytes, *, now: int, chain: Chain | None = None) -> RecoveredLog:
+def recover_log(session_id: str, data: bytes, *, now: int, chain: RecordChain | None = None) -> RecoveredLog:
     """The session a file's bytes hold, or :class:`CorruptLog`.
 
     With a checkpoint ``chain`` of the header's instance whose bytes the file still begins with, that prefix is
@@ -113,7 +115,7 @@ def recover_log(session_id: str, data: bytes, *, now: int, chain: Chain | None =
                 checkpointed=chain.stop,
             )
         try:
-            resumed = SessionLog.resume(body[: chain.body_stop], chain.parts())
+            resumed = resume_log(body[: chain.body_stop], chain.parts())
         except (ValueError, TypeError, KeyError, OverflowError):
             resumed = None
     resumed_events = len(resumed) if resumed is not None else 0
@@ -125,7 +127,7 @@ def recover_log(session_id: str, data: bytes, *, now: int, chain: Chain | None =
     except CorruptLog as exc:
         raise CorruptLog(exc.reason, header.created_at) from None
     if mirrored and len(log) > resumed_events and log.byte_size >= log.seal_bytes:
-        log = SessionLog.resume(body, log.parts())  # the file's bytes themselves, not the copies checking made
+        log = resume_log(body, log_parts(log))  # the file's bytes themselves, not the copies checking made
     return RecoveredLog(
         header,
         log,

@@ -19,16 +19,16 @@ from pathlib import Path
 
 from app.backends.base import CorruptEntry
 from app.backends.catalog import LiveSession
-from app.backends.files.checkpoints import Chain, decode_record, read_chains
+from app.backends.files.checkpoints import RecordChain, decode_record, read_chains
 from app.backends.files.cuts import CUT_SUFFIX, CutRecords
 from app.backends.files.datadir import LOG_SUFFIX, DataDir, Space
 from app.backends.files.fileops import FileKind, FileOps
 from app.backends.files.fullcheck import START_BYTES, FullChecks, Verdict, worker_count
+from app.backends.files.idempotency_journal import JOURNAL_NAME as REMEMBERED_NAME
 from app.backends.files.journal import JOURNAL_NAME, Journal
 from app.backends.files.logcheck import CorruptLog, RecoveredLog, parse_header, recover_log, salvage_log
-from app.backends.files.remembered import JOURNAL_NAME as REMEMBERED_NAME
+from app.backends.log_parts import resume_log
 from app.domain.ids import ID_PATTERN
-from app.domain.log import SessionLog
 from app.domain.session import DEFAULT_TENANT, SessionKey
 
 __all__ = [
@@ -135,7 +135,7 @@ class Recovery:
     def _recover_space(
         self,
         space: Space,
-        chains: dict[SessionKey, Chain],
+        chains: dict[SessionKey, RecordChain],
         report: RecoveryReport,
         progress: Callable[[int], None] | None,
     ) -> None:
@@ -163,7 +163,7 @@ class Recovery:
         folder: str,
         name: str,
         kind: str,
-        chains: dict[SessionKey, Chain],
+        chains: dict[SessionKey, RecordChain],
         cuts: set[str],
         report: RecoveryReport,
     ) -> int:
@@ -213,7 +213,7 @@ class Recovery:
         return len(data)
 
     def _check_here(
-        self, held: _Held, chain: Chain | None, report: RecoveryReport, *, record: bytes | None = None
+        self, held: _Held, chain: RecordChain | None, report: RecoveryReport, *, record: bytes | None = None
     ) -> None:
         """Check a file in this process, resuming from its ``chain`` if the file still holds what it covers
         (``record``: the chain is a worker's check of the whole file)."""
@@ -235,11 +235,11 @@ class Recovery:
             return
         assert record is not None
         try:
-            chain = Chain(decode_record(record))
+            chain = RecordChain(decode_record(record))
             if lines is not None:  # the log's lines are not the file's own: kept as checked, never checkpointed
                 header = parse_header(held.data, held.key.id)
                 committed = held.data.rfind(b"\n") + 1
-                log = SessionLog.resume(lines, chain.parts())
+                log = resume_log(lines, chain.parts())
                 recovered = RecoveredLog(
                     header,
                     log,
@@ -396,7 +396,7 @@ class _Held:
     data: bytes
 
 
-def _checked_whole(data: bytes, session_id: str, chain: Chain | None) -> bool:
+def _checked_whole(data: bytes, session_id: str, chain: RecordChain | None) -> bool:
     """Whether a file's every event is to be checked: no checkpoint of its incarnation (a header that does not
     parse is left to the check in this process, which says why)."""
     if chain is None:

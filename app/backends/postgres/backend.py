@@ -38,7 +38,7 @@ from app.backends.errors import Access, ChangeRefused, ReadFailed, StaleHead, St
 from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
 from app.backends.postgres import queries
 from app.backends.postgres.chains import Chain, ChainCache
-from app.backends.postgres.changes import ChangeFeed, Doorbell
+from app.backends.postgres.changes import Doorbell, ReplicaChanges
 from app.backends.postgres.errors import DRIVER_ERRORS, database_errors
 from app.backends.postgres.failover import PrimaryWatch
 from app.backends.postgres.pool import Connection, PoolSettings, connect, open_pool, redact
@@ -165,7 +165,7 @@ class PostgresBackend:
         self._listeners: list[ChangeListener] = []
         self._own: set[int] = set()
         self._own_order: deque[int] = deque()
-        self._feed = ChangeFeed(
+        self._feed = ReplicaChanges(
             url, self._settings, self._replica, self._listeners, poll_interval=poll_interval, own=self._own.__contains__
         )
         self._doorbell = Doorbell(self._replica, self._notify)

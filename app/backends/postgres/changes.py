@@ -23,11 +23,12 @@ from collections.abc import Awaitable, Callable
 import orjson
 
 from app.backends.base import ChangeListener
+from app.backends.postgres.background import BackgroundLoop
 from app.backends.postgres.errors import DRIVER_ERRORS
 from app.backends.postgres.pool import Connection, PoolSettings, connect
 from app.domain.session import SessionKey
 
-__all__ = ["CHANNEL", "ChangeFeed", "Doorbell"]
+__all__ = ["CHANNEL", "Doorbell", "ReplicaChanges"]
 
 logger = logging.getLogger("forklog.storage")
 
@@ -68,9 +69,11 @@ def payloads(replica: str, changes: dict[SessionKey, int]) -> list[str]:
     return found
 
 
-class Doorbell:
+class Doorbell(BackgroundLoop):
     """Rings (NOTIFY) for this replica's changes once they committed, a batch at a time; a ring that fails is
     dropped (the other replicas' polls find the change)."""
+
+    task_name = "forklog-doorbell"
 
     def __init__(self, replica: str, send: Callable[[list[str]], Awaitable[None]]) -> None:
         self._replica = replica
@@ -78,17 +81,6 @@ class Doorbell:
         self._pending: dict[SessionKey, int] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="forklog-doorbell")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     def ring(self, key: SessionKey, change_seq: int) -> None:
         self._pending[key] = max(change_seq, self._pending.get(key, -1))
@@ -106,8 +98,10 @@ class Doorbell:
             await asyncio.sleep(RING_INTERVAL)
 
 
-class ChangeFeed:
+class ReplicaChanges(BackgroundLoop):
     """Runs while the backend is open; calls ``listeners`` with the key of each change another replica made."""
+
+    task_name = "forklog-change-feed"
 
     def __init__(
         self,
@@ -129,17 +123,6 @@ class ChangeFeed:
         self._reported: dict[SessionKey, int] = {}
         self._marks: deque[tuple[float, int]] = deque()
         self._high = -1
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="forklog-change-feed")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     def _report(self, key: SessionKey, change_seq: int) -> None:
         if self._reported.get(key, -1) >= change_seq:

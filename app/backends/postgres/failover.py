@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+from app.backends.postgres.background import BackgroundLoop
 from app.backends.postgres.errors import DRIVER_ERRORS
 from app.backends.postgres.pool import PoolSettings, connect, redact
 
@@ -29,8 +30,10 @@ logger = logging.getLogger("forklog.storage")
 UNANSWERED_LIMIT = 2  # probes in a row without an answer before the server counts as lost
 
 
-class PrimaryWatch:
+class PrimaryWatch(BackgroundLoop):
     """Runs while the backend is open; calls ``lost`` once each time the primary it writes to is lost."""
+
+    task_name = "forklog-primary-watch"
 
     def __init__(
         self,
@@ -48,17 +51,6 @@ class PrimaryWatch:
         self._probe_timeout = probe_timeout
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="forklog-primary-watch")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     def suspect(self) -> None:
         """A request's error suggests the server is gone or not a primary: look now."""

@@ -6,9 +6,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.backends.log_parts import log_parts
 from app.backends.postgres.state import encode_checkpoint
 from app.domain.history import SurfaceChange
-from app.domain.log import Checkpoint, SessionLog, StagedEvents
+from app.domain.log import SessionLog
+from app.domain.staging import Checkpoint, StagedEvents
 
 __all__ = ["Rows"]
 
@@ -62,7 +64,7 @@ class Rows:
 
     @classmethod
     def of_log(cls, log: SessionLog) -> Rows:
-        parts = log.parts()
+        parts = log_parts(log)
         flat = parts.surface
         surface = [(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
         checkpoints = dict(zip(parts.turn_ends, parts.checkpoints, strict=True))

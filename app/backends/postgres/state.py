@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from app.domain.events import LogState
-from app.domain.log import Checkpoint, checkpoint
+from app.domain.staging import Checkpoint, checkpoint
 
 __all__ = ["decode_checkpoint", "decode_state", "encode_checkpoint", "encode_state", "fork_state"]
 

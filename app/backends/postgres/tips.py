@@ -27,7 +27,7 @@ class CachedTip:
 
 
 class StoredTip:
-    """A :class:`~app.domain.log.LogTip` over a stored log: the state, and the events the check may look up."""
+    """A :class:`~app.domain.staging.LogTip` over a stored log: the state, and the events the check may look up."""
 
     __slots__ = ("_events", "state")
 

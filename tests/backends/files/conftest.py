@@ -16,9 +16,10 @@ from app.api.wire import session_json
 from app.backends.base import CorruptEntry
 from app.backends.catalog import LiveSession
 from app.backends.files import FileBackend, FileOps
+from app.domain.clock import wall_clock_ms
 from app.domain.errors import ErrorCode, SessionError
 from app.domain.session import DEFAULT_TENANT, Session, SessionKey
-from app.service.sessions import SessionService, wall_clock_ms
+from app.service.sessions import SessionService
 from tests.backends.files.faulty_ops import FaultyFileOps
 
 REPO = Path(__file__).resolve().parents[3]
@@ -96,7 +97,7 @@ class FileStore:
     async def crash(self) -> None:
         """Let go of the directory as a killed process would: no clean shutdown, no last checkpoints written."""
         self.service.lifecycle = type(self.service.lifecycle).STOPPED
-        await self.backend.close(index=False)
+        await self.backend.close(checkpoint=False)
 
 
 OpenStore = Callable[[Path], Awaitable[FileStore]]
@@ -136,4 +137,4 @@ def open_store(fake_os: FaultyFileOps) -> Iterator[OpenStore]:
 
     yield open_
     for store in opened:
-        asyncio.run(store.backend.close(index=False))
+        asyncio.run(store.backend.close(checkpoint=False))

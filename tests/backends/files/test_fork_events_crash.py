@@ -49,7 +49,7 @@ async def test_a_crash_before_the_child_is_linked_leaves_no_child(tmp_path: Path
         await _fork_with_events(backend)
     # Just before it would have become visible, the child's file held its header, the seed and the events.
     assert len(seen["lines"]) == 1 + 8 + 8 and b"edited 2" in seen["lines"][10]
-    await backend.close(index=False)
+    await backend.close(checkpoint=False)
 
     reopened = FileBackend(tmp_path, clock=wall_clock_ms, sync=False, checkpoint_interval=None)
     await reopened.open()

@@ -16,8 +16,8 @@ from app.backends.files import FileBackend
 from app.backends.files.cuts import CUT_SUFFIX, Cut, CutRecords
 from app.backends.files.fileops import FileOps
 from app.backends.files.reader import FileReader, NoStore
+from app.domain.clock import wall_clock_ms
 from app.domain.session import SessionKey
-from app.service.sessions import wall_clock_ms
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import FileStore, session_file
 

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 from app.api.app import create_app
 from app.api.settings import Settings
 from app.backends.files import FileBackend
-from app.service.sessions import wall_clock_ms
+from app.domain.clock import wall_clock_ms
 from tests.backends.files.faulty_ops import FaultyFileOps
 
 KEY = {"Idempotency-Key": "k-1"}

@@ -15,8 +15,8 @@ import pytest
 
 from app.backends.errors import StorageUnavailable, UnsafeDataDir
 from app.backends.files import FileBackend
+from app.domain.clock import wall_clock_ms
 from app.domain.errors import ErrorCode, ForklogError
-from app.service.sessions import wall_clock_ms
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import OpenStore, session_file
 

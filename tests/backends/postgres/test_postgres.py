@@ -16,10 +16,11 @@ from app.backends.base import SeedLog, SeedPrefix
 from app.backends.errors import StaleHead, StartRefused, StorageUnavailable
 from app.backends.postgres import PoolSettings, PostgresBackend
 from app.backends.postgres.schema import SCHEMA_VERSION
+from app.domain.clock import wall_clock_ms
 from app.domain.ids import new_instance
-from app.domain.log import seed_log, stage
+from app.domain.log import seed_log
 from app.domain.session import DEFAULT_TENANT, SessionKey
-from app.service.sessions import wall_clock_ms
+from app.domain.staging import stage
 from tests.backends.test_contract import NOW, turn
 from tests.support.postgres import PostgresCluster, PostgresServer, fresh_database_name
 

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import orjson
 
-from app.backends.base import Remembered
+from app.backends.base import IdempotencyRecord
 from app.backends.errors import AlreadyRemembered
 from app.backends.files.fileops import FileKind, FileOps
 
-__all__ = ["JOURNAL_NAME", "RememberedJournal", "lines_digest"]
+__all__ = ["JOURNAL_NAME", "IdempotencyJournal", "lines_digest"]
 
 logger = logging.getLogger("forklog.storage")
 
@@ -45,7 +45,7 @@ class _Place:
     created_at: int
 
 
-def _encode(record: Remembered, digest: str | None) -> bytes:
+def _encode(record: IdempotencyRecord, digest: str | None) -> bytes:
     line = {
         "tenant": record.tenant,
         "key": record.key,
@@ -63,9 +63,9 @@ def _encode(record: Remembered, digest: str | None) -> bytes:
     return orjson.dumps(line) + b"\n"
 
 
-def _decode(line: bytes) -> tuple[Remembered, str | None]:
+def _decode(line: bytes) -> tuple[IdempotencyRecord, str | None]:
     item = orjson.loads(line)
-    record = Remembered(
+    record = IdempotencyRecord(
         tenant=str(item["tenant"]),
         key=str(item["key"]),
         fingerprint=str(item["fingerprint"]),
@@ -83,10 +83,10 @@ def _decode(line: bytes) -> tuple[Remembered, str | None]:
 
 
 # Whether a record's change is there: given the record and its digest (of an append's lines; None for a create).
-ChangeCheck = Callable[[Remembered, str | None], bool]
+ChangeCheck = Callable[[IdempotencyRecord, str | None], bool]
 
 
-class RememberedJournal:
+class IdempotencyJournal:
     def __init__(self, folder: Path, ops: FileOps, *, sync: bool) -> None:
         self._path = folder / JOURNAL_NAME
         self._ops = ops
@@ -162,12 +162,12 @@ class RememberedJournal:
 
     # -- changes ------------------------------------------------------------------------------------------------------
 
-    def check_free(self, records: Iterable[Remembered]) -> None:
+    def check_free(self, records: Iterable[IdempotencyRecord]) -> None:
         for record in records:
             if (record.tenant, record.key) in self._places:
                 raise AlreadyRemembered(f"the Idempotency-Key {record.key!r} was used already")
 
-    def write(self, records: list[tuple[Remembered, str | None]]) -> list[tuple[Remembered, _Place]]:
+    def write(self, records: list[tuple[IdempotencyRecord, str | None]]) -> list[tuple[IdempotencyRecord, _Place]]:
         """Append the records to the file and sync it (before their change is written); where each lies. OSError
         if the disk refuses: then the change must not be made."""
         data = [_encode(record, digest) for record, digest in records]
@@ -187,13 +187,13 @@ class RememberedJournal:
             offset += len(line)
         return placed
 
-    def keep(self, placed: list[tuple[Remembered, _Place]]) -> None:
+    def keep(self, placed: list[tuple[IdempotencyRecord, _Place]]) -> None:
         """The change of these records is made: retries find them from now on."""
         with self._lock:
             for record, place in placed:
                 self._places[(record.tenant, record.key)] = place
 
-    def recall(self, tenant: str, key: str) -> Remembered | None:
+    def recall(self, tenant: str, key: str) -> IdempotencyRecord | None:
         with self._lock:
             place = self._places.get((tenant, key))
             if place is None:

@@ -7,11 +7,13 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from app.api.idempotency import answer_response, idempotent_request
-from app.api.openapi import SESSION_ID, operation
+from app.api.openapi import SESSION_ID
 from app.api.requests import CREATE, LIST_QUERY
+from app.api.route_table import RouteSpec
 from app.api.routing import body_of, json_response, key_of, new_router, service_of, tenant_of
 from app.api.schemas import SessionOut, SessionPage
 from app.api.wire import created_answer, decode_cursor, encode_cursor, session_json, session_payload
+from app.domain.access import Scope
 from app.domain.errors import ErrorCode
 from app.service.idempotency import Answer, Claim
 
@@ -20,17 +22,19 @@ __all__ = ["router"]
 router = new_router()
 
 
-@router.post(
-    "/sessions",
-    status_code=201,
-    summary="Create a session, optionally from a seed (a snapshot's answer creates the fork's child)",
-    **operation(
-        SessionOut,
+@router.declare(
+    RouteSpec(
+        "POST",
+        "/sessions",
+        Scope.WRITE,
         body=CREATE,
         refusals=(ErrorCode.SESSION_ALREADY_EXISTS, ErrorCode.SESSION_CORRUPT, ErrorCode.INVALID_SEED),
         idempotent=True,
         created=True,
     ),
+    SessionOut,
+    status_code=201,
+    summary="Create a session, optionally from a seed (a snapshot's answer creates the fork's child)",
 )
 async def create_session(request: Request) -> Response:
     body = await body_of(request, empty_is_object=True)
@@ -52,10 +56,8 @@ async def create_session(request: Request) -> Response:
     return answer_response(*await service.idempotently(idempotent_request(request, tenant, body.raw), work))
 
 
-@router.get(
-    "/sessions",
-    summary="List sessions in creation order",
-    **operation(SessionPage, query=LIST_QUERY),
+@router.declare(
+    RouteSpec("GET", "/sessions", Scope.READ, query=LIST_QUERY), SessionPage, summary="List sessions in creation order"
 )
 async def list_sessions(request: Request) -> Response:
     query = LIST_QUERY.parse(request.query_params)
@@ -68,18 +70,17 @@ async def list_sessions(request: Request) -> Response:
     return json_response(orjson.dumps({"items": items, "nextCursor": encode_cursor(last) if last else None}))
 
 
-@router.get("/sessions/{id}", summary="One session", **operation(SessionOut, refusals=SESSION_ID))
+@router.declare(RouteSpec("GET", "/sessions/{id}", Scope.READ, refusals=SESSION_ID), SessionOut, summary="One session")
 async def get_session(request: Request) -> Response:
     key = key_of(request)
     return json_response(session_payload(await service_of(request).get(key)))
 
 
-@router.delete(
-    "/sessions/{id}",
+@router.declare(
+    RouteSpec("DELETE", "/sessions/{id}", Scope.WRITE, refusals=SESSION_ID),
     status_code=204,
     response_class=Response,
     summary="Delete a session and its log (its children keep theirs)",
-    **operation(None, refusals=SESSION_ID),
 )
 async def delete_session(request: Request) -> Response:
     key = key_of(request)

@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from app.api.route_table import RouteSpec
 from app.api.routing import PlainRoute, json_response
 from app.domain.access import Scope
-from tests.api.conftest import ClientFactory
+from tests.api.conftest import AppFactory, ClientFactory
 from tests.api.helpers import assert_problem
 from tests.api.test_access import Keys, write_keys
 
@@ -29,7 +29,7 @@ async def _hello(request: Request) -> Response:
 
 
 def test_a_new_route_is_guarded_as_its_declaration_says(
-    make_app: ClientFactory, make_client: ClientFactory, keys: Keys
+    make_app: AppFactory, make_client: ClientFactory, keys: Keys
 ) -> None:
     app = make_app(keys_file=keys.path)
     for path, scope in (("/open-thing", None), ("/admin-thing", Scope.ADMIN)):

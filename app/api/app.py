@@ -24,7 +24,8 @@ from app.api.openapi import build_document
 from app.api.problems import install_problem_handlers
 from app.api.rate_limit import RateLimiter
 from app.api.routes import routers
-from app.api.routes.events import append_events
+from app.api.routes.events import APPEND_EVENTS
+from app.api.routing import PlainRoute
 from app.api.settings import Settings
 from app.api.telemetry import RequestTelemetry, StorageTelemetry
 from app.api.tracing import Tracing, provider_from_environment
@@ -46,6 +47,14 @@ def open_backend(settings: Settings) -> Backend:
     return open_named_backend(
         settings.backend, data_dir=settings.data_dir, database_url=database_url, fsync=settings.fsync
     )
+
+
+def _append_route(app: FastAPI) -> PlainRoute:
+    """The documented append route, which the shortcut (app.api.append_shortcut) matches and calls."""
+    for route in app.router.routes:
+        if isinstance(route, PlainRoute) and route.spec is APPEND_EVENTS:
+            return route
+    raise LookupError("no append route")
 
 
 def create_app(
@@ -107,6 +116,8 @@ def create_app(
         # FastAPI's own docs pages load their scripts from a CDN: app.api.routes.docs serves them from this service.
         docs_url=None,
         redoc_url=None,
+        # The document is served by a declared route of its own (app.api.routes.docs).
+        openapi_url=None,
         generate_unique_id_function=lambda route: route.name,
         # forklog exports no OpenTelemetry data; with it off FastAPI skips a provider check on every request.
         telemetry={"tracing": False, "metrics": False, "logs": False},
@@ -123,7 +134,7 @@ def create_app(
     app.state.keys = keys
     # Outermost last: the access log sees every answer; CORS answers preflights and labels every answer (a page
     # must be able to read a 401); then keys, or without keys the loopback guard, before anything else is looked at.
-    app.add_middleware(AppendShortcut, endpoint=append_events)
+    app.add_middleware(AppendShortcut, route=_append_route(app))
     app.add_middleware(EncodedSlashGuard)
     if keys is not None:
         app.add_middleware(RateLimiter)  # right after the key is known: before anything it would spend

@@ -4,7 +4,8 @@ With a keys file every route but the open ones (health, readiness, the OpenAPI d
 session browser's static files) needs ``Authorization: Bearer <key>``; the stream also takes ``?access_token=``
 (a browser's ``EventSource`` cannot send headers). No key, a malformed one or one not in the file answers ``401
 UNAUTHENTICATED`` with ``WWW-Authenticate: Bearer``; a key without the route's scope ``403 FORBIDDEN``: ``read``
-for every GET and a snapshot, ``write`` for a create, an append, a fork or a delete. Both come before the body is
+for every GET and a snapshot, ``write`` for a create, an append, a fork or a delete (each route's declaration,
+:class:`~app.api.route_table.RouteSpec`, says which, and whether it is open). Both come before the body is
 read, so they win over 413, 415 and every body error. The key found rides in the request's state (``api_key``):
 its tenant is the caller's tenant; an open route sees it too when one is sent (``/readyz`` lists corrupt sessions
 to an ``admin`` key only), and ignores a bad one. A stream or a long-poll asks again while it lasts
@@ -21,32 +22,36 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.problems import send_problem
+from app.api.route_table import MatchedRoute, RouteSpec, matched_route, spec_of
 from app.domain.access import ApiKey, KeyRing
 from app.domain.access import Scope as KeyScope
 from app.domain.errors import ErrorCode
 
-__all__ = ["KEY_STATE", "Authenticator", "challenge", "is_open_path", "refuse_websocket", "required_scope"]
+__all__ = ["KEY_STATE", "Authenticator", "challenge", "refuse_websocket", "required_scope"]
 
 KEY_STATE = "api_key"
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
-# The docs pages' and the session browser's own files: a page must load before it can ask for a key.
-OPEN_PREFIXES = ("/docs/assets/", "/ui/")
-STREAM_SUFFIX = "/events/stream"
-METRICS_PATH = "/metrics"
 HOW_TO_GET_ONE = "python -m app keys new --tenant T --scope read --scope write makes one"
 
 
-def is_open_path(path: str) -> bool:
-    return path in OPEN_PATHS or path == "/ui" or path.startswith(OPEN_PREFIXES)
+def _method_scope(method: str) -> KeyScope:
+    return KeyScope.READ if method in ("GET", "HEAD", "OPTIONS") else KeyScope.WRITE
 
 
-def required_scope(method: str, path: str) -> KeyScope:
-    if path == METRICS_PATH:  # spec 13: counts over every tenant are for operators
+def required_scope(method: str, matched: MatchedRoute) -> KeyScope | None:
+    """The scope a request needs, None when it needs no key: its route's declaration. A request that names no
+    route's path and method (a 404, a 405) needs one for its method (``read`` for a GET), ``admin`` on a path only
+    served to admins (spec 13: counts over every tenant are for operators), none on an open route's path (or an open
+    folder's, which the router redirects to its slash: a page must load before it can ask for a key)."""
+    if matched.full is not None:
+        spec = spec_of(matched.full)
+        return _method_scope(method) if spec is None else spec.scope
+    specs = [spec_of(route) for route in (*matched.partial, *matched.folder)]
+    if any(spec is not None and spec.public for spec in specs):
+        return None
+    if any(spec is not None and spec.scope is KeyScope.ADMIN for spec in specs):
         return KeyScope.ADMIN
-    if method in ("GET", "HEAD", "OPTIONS") or (method == "POST" and path.endswith("/snapshot")):
-        return KeyScope.READ
-    return KeyScope.WRITE
+    return _method_scope(method)
 
 
 class _NoKey(Exception):
@@ -56,7 +61,7 @@ class _NoKey(Exception):
         self.invalid = invalid  # a key was sent (RFC 6750: error="invalid_token")
 
 
-def _presented(scope: Scope, headers: Headers) -> str | None:
+def _presented(scope: Scope, headers: Headers, spec: RouteSpec | None) -> str | None:
     """The key the request sends, None if it sends none; :class:`_NoKey` when it sends one in a shape that is not
     a key (two headers, another scheme, an empty key...)."""
     values = headers.getlist("authorization")
@@ -68,7 +73,7 @@ def _presented(scope: Scope, headers: Headers) -> str | None:
         if scheme.lower() != "bearer" or not secret or " " in secret:
             raise _NoKey("the Authorization header must be: Bearer <key>", invalid=True)
         return secret
-    if scope["method"] == "GET" and scope["path"].endswith(STREAM_SUFFIX) and scope.get("query_string"):
+    if scope["method"] == "GET" and spec is not None and spec.stream and scope.get("query_string"):
         tokens = parse_qs(scope["query_string"].decode("latin-1"), keep_blank_values=True).get("access_token")
         if tokens is not None:
             if len(tokens) != 1 or not tokens[0]:
@@ -84,8 +89,8 @@ class Authenticator:
         self.app = app
         self.keys = keys
 
-    def _key(self, scope: Scope, headers: Headers) -> ApiKey:
-        secret = _presented(scope, headers)
+    def _key(self, scope: Scope, headers: Headers, spec: RouteSpec | None) -> ApiKey:
+        secret = _presented(scope, headers, spec)
         if secret is None:
             raise _NoKey(f"this route needs a key: send Authorization: Bearer <key> ({HOW_TO_GET_ONE})", invalid=False)
         key = self.keys().find(secret)
@@ -103,18 +108,19 @@ class Authenticator:
                 await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        path = scope["path"]
-        if is_open_path(path):
+        matched = matched_route(scope)
+        spec = spec_of(matched.full)
+        wanted = required_scope(scope["method"], matched)
+        if wanted is None:
             with contextlib.suppress(_NoKey):
-                scope.setdefault("state", {})[KEY_STATE] = self._key(scope, headers)
+                scope.setdefault("state", {})[KEY_STATE] = self._key(scope, headers, spec)
             await self.app(scope, receive, send)
             return
         try:
-            key = self._key(scope, headers)
+            key = self._key(scope, headers, spec)
         except _NoKey as refusal:
             await _refuse_unauthenticated(scope, send, refusal)
             return
-        wanted = required_scope(scope["method"], path)
         if not key.allows(wanted):
             detail = f"key {key.id!r} lacks the {wanted.value!r} scope this request needs"
             await send_problem(scope, send, ErrorCode.FORBIDDEN, detail)

@@ -28,6 +28,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.auth import refuse_websocket
 from app.api.problems import send_problem
+from app.api.route_table import matched_route, spec_of
+from app.domain.access import Scope as KeyScope
 from app.domain.errors import ErrorCode
 
 __all__ = ["LoopbackGuard", "host_name", "is_allowed_host"]
@@ -62,8 +64,12 @@ def is_allowed_host(name: str, allowed: Iterable[str]) -> bool:
     return any(name == pattern or (pattern.startswith("*.") and name.endswith(pattern[1:])) for pattern in allowed)
 
 
-def _reads_only(method: str, path: str) -> bool:
-    return method in SAFE_METHODS or (method == "POST" and path.endswith("/snapshot"))
+def _reads_only(scope: Scope) -> bool:
+    """A safe method, or a route declared to need no more than ``read`` (a snapshot)."""
+    if scope["method"] in SAFE_METHODS:
+        return True
+    spec = spec_of(matched_route(scope).full)
+    return spec is not None and spec.scope in (None, KeyScope.READ)
 
 
 class LoopbackGuard:
@@ -103,7 +109,7 @@ class LoopbackGuard:
         origin = headers.get("origin")
         own_origin = f"{scope.get('scheme', 'http')}://{raw_host}".lower()
         refused_origin = origin is not None and origin.lower() not in self.allowed_origins | {own_origin}
-        if refused_origin and not _reads_only(scope["method"], scope["path"]):
+        if refused_origin and not _reads_only(scope):
             await send_problem(
                 scope,
                 send,

@@ -3,11 +3,11 @@ answer's model and the event and problem schemas (:mod:`app.api.schemas`), and t
 of :mod:`app.api.problems`); :func:`build_document` adds the shared components, names the problem unions and links
 the operations.
 
-A route declares the codes of its own refusals (:func:`operation`'s ``refusals``); the codes every request of its
-kind can get are added here: what the HTTP server, the loopback guard and a bug can answer to any request, what a
-key check answers on a protected route, what a body, a query, an ``Idempotency-Key`` and the store can answer. Per
-status, a code has its own schema (``code`` fixed, its facts required), and two or more codes form a ``oneOf``
-discriminated on ``code``.
+A route declares the codes of its own refusals (its :class:`~app.api.route_table.RouteSpec`'s ``refusals``); the
+codes every request of its kind can get are added here: what the HTTP server, the loopback guard and a bug can answer
+to any request, what a key check answers on a protected route, what a body, a query, an ``Idempotency-Key`` and the
+store can answer. Per status, a code has its own schema (``code`` fixed, its facts required), and two or more codes
+form a ``oneOf`` discriminated on ``code``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from pydantic import BaseModel
 from app.api.idempotency import HEADER as IDEMPOTENCY_KEY
 from app.api.idempotency import REPLAYED
 from app.api.problems import PROBLEM_JSON, PROBLEMS
-from app.api.requests import APPEND, CREATE, FORK, ID_REGEX, SNAPSHOT, BodyShape, QueryShape
+from app.api.requests import APPEND, CREATE, FORK, ID_REGEX, SNAPSHOT, BodyShape
+from app.api.route_table import RouteSpec
 from app.api.schemas import (
     event_schemas,
     field_error_schema,
@@ -163,29 +164,19 @@ def _problem_responses(answers: set[Answerable]) -> dict[int | str, Schema]:
     return responses
 
 
-def operation(
-    model: type[BaseModel] | None,
-    *,
-    body: BodyShape | None = None,
-    query: QueryShape | None = None,
-    refusals: tuple[ErrorCode, ...] = (),
-    idempotent: bool = False,
-    public: bool = False,
-    store: bool = True,
-    created: bool = False,
-    stream: bool = False,
-) -> dict[str, Any]:
-    """The route decorator's documentation arguments: the answer's model, the query parameters, the body, the
-    headers, and a problem answer for every code the operation can answer (its own ``refusals`` and those of its
-    kind: ``public`` routes need no key, ``store`` ones ask the store). The path's ``{id}`` is declared by
-    :func:`build_document`."""
+def operation(model: type[BaseModel] | None, spec: RouteSpec) -> dict[str, Any]:
+    """The route decorator's documentation arguments, from the route's declaration: the answer's model, the query
+    parameters, the body, the headers, and a problem answer for every code the operation can answer (its own
+    ``refusals`` and those of its kind: ``public`` routes need no key, ``store`` ones ask the store). The path's
+    ``{id}`` is declared by :func:`build_document`."""
+    body, query, idempotent, created, stream = spec.body, spec.query, spec.idempotent, spec.created, spec.stream
     parameters = query.openapi() if query is not None else []
     if idempotent:
         parameters.append(_IDEMPOTENCY_KEY)
     if stream:
         parameters += [_LAST_EVENT_ID, _ACCESS_TOKEN]
-    extra: dict[str, Any] = {"tags": ["health" if public else "sessions"]}
-    if public:
+    extra: dict[str, Any] = {"tags": [spec.tag or ("health" if spec.public else "sessions")]}
+    if spec.public:
         extra["security"] = []
     if parameters:
         extra["parameters"] = parameters
@@ -195,12 +186,12 @@ def operation(
             "content": {"application/json": {"schema": ref(body.name)}},
         }
     answers = _declared_problems(
-        refusals=refusals,
+        refusals=spec.refusals,
         body=body is not None,
         query=query is not None,
         idempotent=idempotent,
-        public=public,
-        store=store,
+        public=spec.public,
+        store=spec.store,
     )
     responses = _problem_responses(answers)
     success_headers: Schema = {}

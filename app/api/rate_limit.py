@@ -15,8 +15,9 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.auth import KEY_STATE, is_open_path
+from app.api.auth import KEY_STATE, required_scope
 from app.api.problems import send_problem
+from app.api.route_table import matched_route
 from app.domain.access import ApiKey
 from app.domain.errors import ErrorCode
 from app.domain.limits import TokenBucket
@@ -37,7 +38,8 @@ class RateLimiter:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             key: ApiKey | None = scope.get("state", {}).get(KEY_STATE)
-            if key is not None and key.rate_limit is not None and not is_open_path(scope["path"]):
+            # Only requests that need a key count (its route's declaration says; the match is kept in the scope).
+            if key is not None and key.rate_limit is not None and _needs_key(scope):
                 wait = self._take(key)
                 if wait > 0:
                     await _refuse(scope, send, key, wait)
@@ -56,6 +58,10 @@ class RateLimiter:
             self._next_cleanup = now + IDLE_SECONDS
             self._buckets = {name: seen for name, seen in self._buckets.items() if now - seen[1] < IDLE_SECONDS}
         return bucket.take(now)
+
+
+def _needs_key(scope: Scope) -> bool:
+    return required_scope(scope["method"], matched_route(scope)) is not None
 
 
 async def _refuse(scope: Scope, send: Send, key: ApiKey, wait: float) -> None:

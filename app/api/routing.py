@@ -5,6 +5,10 @@ forklog's endpoints need none of it (they parse with :mod:`app.api.requests` and
 :class:`PlainRoute` is matched and called as a plain Starlette route: Starlette's ``request_response``, which sends
 every error to the app's registered problem handlers. It is still an ``APIRoute``, so the OpenAPI document describes
 it like any other.
+
+Each route is declared once (:class:`~app.api.route_table.RouteSpec`: path, method, key scope, body, query,
+refusals...) and added with :meth:`Routes.declare`, which builds its OpenAPI operation from that declaration and keeps
+the declaration on the route (``route.spec``) for the layers that match a request against the routing table.
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 from starlette.routing import Route, request_response
 
 from app.api.auth import KEY_STATE
 from app.api.body import JsonBody, read_body
+from app.api.openapi import operation
+from app.api.route_table import RouteSpec
 from app.api.settings import Settings
 from app.domain.access import ApiKey, Scope
 from app.domain.ids import check_id
@@ -27,6 +34,7 @@ from app.service.sessions import SessionService
 
 __all__ = [
     "PlainRoute",
+    "Routes",
     "body_of",
     "is_admin",
     "json_response",
@@ -42,6 +50,8 @@ Endpoint = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
 class PlainRoute(APIRoute):
+    spec: RouteSpec | None = None  # its declaration (set by Routes.declare)
+
     def __init__(self, path: str, endpoint: Endpoint, **options: Any) -> None:
         super().__init__(path, endpoint, **options)
         self.app = request_response(endpoint)
@@ -56,9 +66,30 @@ class PlainRoute(APIRoute):
     handle = Route.handle
 
 
-def new_router() -> APIRouter:
+class Routes(APIRouter):
+    """A router of plain routes, each added from its declaration."""
+
+    def declare(
+        self, spec: RouteSpec, model: type[BaseModel] | None = None, **options: Any
+    ) -> Callable[[Endpoint], Endpoint]:
+        """Add the decorated endpoint as ``spec``'s route; ``options`` are FastAPI's (``summary``, ``status_code``,
+        ``response_class``, ``include_in_schema``), and ``responses`` replace the documented answers of a status."""
+        documentation = operation(model, spec)
+        documentation["responses"].update(options.pop("responses", {}))
+
+        def add(endpoint: Endpoint) -> Endpoint:
+            self.add_api_route(spec.path, endpoint, methods=[spec.method], **documentation, **options)
+            route = self.routes[-1]
+            assert isinstance(route, PlainRoute)
+            route.spec = spec
+            return endpoint
+
+        return add
+
+
+def new_router() -> Routes:
     """A router of plain routes whose operationIds are the endpoints' names (stable for generated clients)."""
-    return APIRouter(route_class=PlainRoute, generate_unique_id_function=lambda route: route.name)
+    return Routes(route_class=PlainRoute, generate_unique_id_function=lambda route: route.name)
 
 
 def service_of(request: Request) -> SessionService:

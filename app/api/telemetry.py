@@ -17,13 +17,13 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 from starlette.requests import Request
-from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.auth import KEY_STATE
 from app.api.metrics import KNOWN_METHODS, Metrics
 from app.api.problems import PROBLEM_CODE_STATE
 from app.api.request_ids import REQUEST_ID_STATE, new_request_id, valid_request_id
+from app.api.route_table import matched_route, spec_of
 from app.api.tracing import Tracing, incoming_trace_id
 from app.backends.observer import StorageObserver
 from app.domain.session import DEFAULT_TENANT
@@ -35,31 +35,12 @@ TRACE_ID_STATE = "trace_id"
 UNMATCHED_ROUTE = "unmatched"
 
 
-def _matching_route(scope: Scope) -> BaseRoute | None:
-    """The route a request's path names, for an answer given before the router ran (a key check, a guard)."""
-    app = scope.get("app")
-    routes: list[BaseRoute] = getattr(getattr(app, "router", None), "routes", [])
-    partial: BaseRoute | None = None
-    for route in routes:
-        match, _ = route.matches(scope)
-        if match is Match.FULL:
-            return route
-        if match is Match.PARTIAL and partial is None:
-            partial = route
-    return partial
-
-
 def route_template(scope: Scope) -> str:
-    """The request's route as declared (``/sessions/{id}/events``), or :data:`UNMATCHED_ROUTE`."""
-    route = scope.get("route")
-    if route is None:
-        route = _matching_route(scope)
-    if route is None:
-        return UNMATCHED_ROUTE
-    if isinstance(route, Mount):
-        return f"{route.path}/{{path}}"
-    path: str = getattr(route, "path", UNMATCHED_ROUTE)
-    return path
+    """The request's route as declared (``/sessions/{id}/events``), or :data:`UNMATCHED_ROUTE`: the route the router
+    handed it to, or for an answer given before the router ran (a key check, a guard) the one it names."""
+    route = scope.get("route") or matched_route(scope).route
+    spec = spec_of(route)
+    return spec.path if spec is not None else UNMATCHED_ROUTE
 
 
 class StorageTelemetry(StorageObserver):

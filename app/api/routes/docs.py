@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from fastapi import Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 
+from app.api.route_table import RouteSpec
 from app.api.routing import new_router
 from app.api.ui import DOCS_ASSETS
 
@@ -34,7 +35,18 @@ def _local_only(page: Response) -> Response:
 router = new_router()
 
 
-@router.get("/docs", include_in_schema=False)
+def _page(path: str) -> RouteSpec:
+    """An open route outside the document: a page must load before it can ask for a key."""
+    return RouteSpec("GET", path, None, store=False)
+
+
+# The document is served by this route rather than by FastAPI's own, so that it is declared like every other.
+@router.declare(_page(OPENAPI_URL), include_in_schema=False)
+async def openapi(request: Request) -> Response:
+    return JSONResponse(request.app.openapi())
+
+
+@router.declare(_page("/docs"), include_in_schema=False)
 async def swagger_ui_html(request: Request) -> Response:
     return _local_only(
         get_swagger_ui_html(
@@ -49,12 +61,12 @@ async def swagger_ui_html(request: Request) -> Response:
     )
 
 
-@router.get(OAUTH2_REDIRECT_URL, include_in_schema=False)
+@router.declare(_page(OAUTH2_REDIRECT_URL), include_in_schema=False)
 async def swagger_ui_redirect(request: Request) -> Response:
     return get_swagger_ui_oauth2_redirect_html()
 
 
-@router.get("/redoc", include_in_schema=False)
+@router.declare(_page("/redoc"), include_in_schema=False)
 async def redoc_html(request: Request) -> Response:
     return _local_only(
         get_redoc_html(

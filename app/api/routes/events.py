@@ -7,8 +7,9 @@ from fastapi.responses import Response
 
 from app.api.idempotency import answer_response, idempotent_request
 from app.api.keys_in_force import revoked_answer, still_allowed
-from app.api.openapi import SESSION_ID, operation
+from app.api.openapi import SESSION_ID
 from app.api.requests import APPEND, READ_QUERY
+from app.api.route_table import RouteSpec
 from app.api.routing import body_of, json_response, key_of, new_router, service_of
 from app.api.schemas import AppendResponse, EventsPage
 from app.api.wire import appended_answer, json_array
@@ -16,27 +17,29 @@ from app.domain.access import Scope
 from app.domain.errors import ErrorCode
 from app.service.idempotency import Answer, Claim
 
-__all__ = ["router"]
+__all__ = ["APPEND_EVENTS", "READ_EVENTS", "router"]
+
+APPEND_EVENTS = RouteSpec(
+    "POST",
+    "/sessions/{id}/events",
+    Scope.WRITE,
+    body=APPEND,
+    refusals=(
+        *SESSION_ID,
+        ErrorCode.SESSION_NOT_LIVE,
+        ErrorCode.SEQ_CONFLICT,
+        ErrorCode.INVALID_EVENT,
+        ErrorCode.QUOTA_EXCEEDED,
+    ),
+    idempotent=True,
+)
+READ_EVENTS = RouteSpec("GET", "/sessions/{id}/events", Scope.READ, query=READ_QUERY, refusals=SESSION_ID)
 
 router = new_router()
 
 
-@router.post(
-    "/sessions/{id}/events",
-    status_code=201,
-    summary="Append events (atomically: all are stored, or none)",
-    **operation(
-        AppendResponse,
-        body=APPEND,
-        refusals=(
-            *SESSION_ID,
-            ErrorCode.SESSION_NOT_LIVE,
-            ErrorCode.SEQ_CONFLICT,
-            ErrorCode.INVALID_EVENT,
-            ErrorCode.QUOTA_EXCEEDED,
-        ),
-        idempotent=True,
-    ),
+@router.declare(
+    APPEND_EVENTS, AppendResponse, status_code=201, summary="Append events (atomically: all are stored, or none)"
 )
 async def append_events(request: Request) -> Response:
     key = key_of(request)
@@ -58,11 +61,7 @@ async def append_events(request: Request) -> Response:
     return answer_response(*await service.idempotently(idempotent_request(request, key.tenant, body.raw), work))
 
 
-@router.get(
-    "/sessions/{id}/events",
-    summary="Read the log",
-    **operation(EventsPage, query=READ_QUERY, refusals=SESSION_ID),
-)
+@router.declare(READ_EVENTS, EventsPage, summary="Read the log")
 async def read_events(request: Request) -> Response:
     key = key_of(request)
     query = READ_QUERY.parse(request.query_params)

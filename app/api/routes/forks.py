@@ -9,12 +9,14 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from app.api.idempotency import answer_response, idempotent_request
-from app.api.openapi import SESSION_ID, operation
+from app.api.openapi import SESSION_ID
 from app.api.problems import invalid_request
 from app.api.requests import FORK, FORK_BOUNDARIES, SNAPSHOT
+from app.api.route_table import RouteSpec
 from app.api.routing import body_of, key_of, new_router, service_of
 from app.api.schemas import SessionOut, SnapshotOut
 from app.api.wire import created_answer, json_array_pieces, session_json
+from app.domain.access import Scope
 from app.domain.errors import ErrorCode
 from app.service.idempotency import Answer, Claim
 
@@ -29,13 +31,28 @@ _BOUNDARY_REFUSALS = (
     ErrorCode.INVALID_BOUNDARY,
     ErrorCode.NOT_AT_TURN_BOUNDARY,
 )
-
-
-@router.post(
-    "/sessions/{id}/snapshot",
-    summary="The seed and meta a fork would use, at a turn boundary",
-    **operation(SnapshotOut, body=SNAPSHOT, refusals=(*SESSION_ID, *_BOUNDARY_REFUSALS)),
+# A snapshot writes nothing: a read key takes it.
+SNAPSHOT_SESSION = RouteSpec(
+    "POST", "/sessions/{id}/snapshot", Scope.READ, body=SNAPSHOT, refusals=(*SESSION_ID, *_BOUNDARY_REFUSALS)
 )
+FORK_SESSION = RouteSpec(
+    "POST",
+    "/sessions/{id}/fork",
+    Scope.WRITE,
+    body=FORK,
+    refusals=(
+        *SESSION_ID,
+        ErrorCode.SESSION_ALREADY_EXISTS,
+        *_BOUNDARY_REFUSALS,
+        ErrorCode.INVALID_EVENT,
+        ErrorCode.QUOTA_EXCEEDED,
+    ),
+    idempotent=True,
+    created=True,
+)
+
+
+@router.declare(SNAPSHOT_SESSION, SnapshotOut, summary="The seed and meta a fork would use, at a turn boundary")
 async def snapshot_session(request: Request) -> Response:
     key = key_of(request)
     members = SNAPSHOT.parse(await body_of(request, empty_is_object=True))
@@ -53,23 +70,11 @@ async def snapshot_session(request: Request) -> Response:
     return StreamingResponse(pieces(), media_type="application/json")
 
 
-@router.post(
-    "/sessions/{id}/fork",
+@router.declare(
+    FORK_SESSION,
+    SessionOut,
     status_code=201,
     summary="Create a child session from this one's log, at a turn boundary",
-    **operation(
-        SessionOut,
-        body=FORK,
-        refusals=(
-            *SESSION_ID,
-            ErrorCode.SESSION_ALREADY_EXISTS,
-            *_BOUNDARY_REFUSALS,
-            ErrorCode.INVALID_EVENT,
-            ErrorCode.QUOTA_EXCEEDED,
-        ),
-        idempotent=True,
-        created=True,
-    ),
 )
 async def fork_session(request: Request) -> Response:
     key = key_of(request)

@@ -6,7 +6,7 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
-from app.api.openapi import operation
+from app.api.route_table import RouteSpec
 from app.api.routing import is_admin, json_response, new_router, service_of
 from app.api.schemas import Health, Ready
 from app.domain.errors import ErrorCode
@@ -16,16 +16,16 @@ __all__ = ["router"]
 router = new_router()
 
 
-@router.get(
-    "/healthz", summary="Liveness: always ok while the process serves", **operation(Health, public=True, store=False)
+@router.declare(
+    RouteSpec("GET", "/healthz", None, store=False), Health, summary="Liveness: always ok while the process serves"
 )
 async def healthz(request: Request) -> Response:
     return json_response(b'{"status":"ok"}')
 
 
 # A store that cannot be reached makes the service not ready (NOT_READY), never a STORAGE_UNAVAILABLE of its own.
-@router.get(
-    "/readyz", summary="Readiness", **operation(Ready, public=True, store=False, refusals=(ErrorCode.NOT_READY,))
+@router.declare(
+    RouteSpec("GET", "/readyz", None, store=False, refusals=(ErrorCode.NOT_READY,)), Ready, summary="Readiness"
 )
 async def readyz(request: Request) -> Response:
     readiness = await service_of(request).readiness()

@@ -5,10 +5,12 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import Response
 
-from app.api.openapi import SESSION_ID, operation
+from app.api.openapi import SESSION_ID
 from app.api.requests import HISTORY_QUERY
+from app.api.route_table import RouteSpec
 from app.api.routing import json_response, key_of, new_router, service_of
 from app.api.schemas import History
+from app.domain.access import Scope
 from app.domain.errors import ErrorCode
 from app.domain.jsonvalue import dumps
 
@@ -17,10 +19,16 @@ __all__ = ["router"]
 router = new_router()
 
 
-@router.get(
-    "/sessions/{id}/history",
+@router.declare(
+    RouteSpec(
+        "GET",
+        "/sessions/{id}/history",
+        Scope.READ,
+        query=HISTORY_QUERY,
+        refusals=(*SESSION_ID, ErrorCode.INVALID_BOUNDARY),
+    ),
+    History,
     summary="The model history, now or at a turn/end",
-    **operation(History, query=HISTORY_QUERY, refusals=(*SESSION_ID, ErrorCode.INVALID_BOUNDARY)),
 )
 async def read_history(request: Request) -> Response:
     key = key_of(request)

@@ -6,20 +6,22 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
-from app.api.openapi import SESSION_ID, operation
+from app.api.openapi import SESSION_ID
+from app.api.route_table import RouteSpec
 from app.api.routing import json_response, key_of, new_router, service_of
 from app.api.schemas import Lineage
 from app.api.wire import session_json
+from app.domain.access import Scope
 
 __all__ = ["router"]
 
 router = new_router()
 
 
-@router.get(
-    "/sessions/{id}/lineage",
+@router.declare(
+    RouteSpec("GET", "/sessions/{id}/lineage", Scope.READ, refusals=SESSION_ID),
+    Lineage,
     summary="Ancestors (while each parent is live) and children of a session",
-    **operation(Lineage, refusals=SESSION_ID),
 )
 async def read_lineage(request: Request) -> Response:
     lineage = await service_of(request).lineage(key_of(request))

@@ -9,10 +9,11 @@ from fastapi import Request
 from fastapi.responses import PlainTextResponse, Response
 
 from app.api.metrics import Metrics
-from app.api.openapi import operation
 from app.api.problems import RequestProblem
+from app.api.route_table import RouteSpec
 from app.api.routing import new_router, service_of
 from app.backends.errors import StorageError
+from app.domain.access import Scope
 from app.domain.errors import ErrorCode
 from app.service.errors import NotReady
 
@@ -22,16 +23,19 @@ METRICS_PATH = "/metrics"
 
 router = new_router()
 
-_DOCUMENTATION = operation(None, store=False, refusals=(ErrorCode.NOT_FOUND,))
-_DOCUMENTATION["responses"][200] = {
+# Spec 13: counts over every tenant are for operators.
+_METRICS = RouteSpec("GET", METRICS_PATH, Scope.ADMIN, store=False, refusals=(ErrorCode.NOT_FOUND,), tag="operations")
+_EXPOSITION = {
     "description": "the Prometheus text exposition format (OpenMetrics when the Accept header asks for it)",
     "content": {"text/plain": {"schema": {"type": "string"}}},
 }
-_DOCUMENTATION["openapi_extra"]["tags"] = ["operations"]
 
 
-@router.get(
-    METRICS_PATH, response_class=PlainTextResponse, summary="Metrics for Prometheus (admin scope)", **_DOCUMENTATION
+@router.declare(
+    _METRICS,
+    response_class=PlainTextResponse,
+    summary="Metrics for Prometheus (admin scope)",
+    responses={200: _EXPOSITION},
 )
 async def metrics(request: Request) -> Response:
     kept: Metrics | None = request.app.state.metrics

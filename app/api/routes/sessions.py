@@ -8,9 +8,10 @@ from fastapi.responses import Response
 
 from app.api.idempotency import answer_response, idempotent_request
 from app.api.listing import list_query_of, query_digest
-from app.api.openapi import SESSION_ID, operation
+from app.api.openapi import SESSION_ID
 from app.api.problems import invalid_request
 from app.api.requests import CREATE, LIST_QUERY
+from app.api.route_table import RouteSpec
 from app.api.routing import body_of, json_response, key_of, new_router, service_of, tenant_of
 from app.api.schemas import SessionOut, SessionPage
 from app.api.wire import (
@@ -21,6 +22,7 @@ from app.api.wire import (
     session_json,
     session_payload,
 )
+from app.domain.access import Scope
 from app.domain.errors import ErrorCode
 from app.service.idempotency import Answer, Claim
 
@@ -29,12 +31,11 @@ __all__ = ["router"]
 router = new_router()
 
 
-@router.post(
-    "/sessions",
-    status_code=201,
-    summary="Create a session, optionally from a seed (a snapshot's answer creates the fork's child)",
-    **operation(
-        SessionOut,
+@router.declare(
+    RouteSpec(
+        "POST",
+        "/sessions",
+        Scope.WRITE,
         body=CREATE,
         refusals=(
             ErrorCode.SESSION_ALREADY_EXISTS,
@@ -45,6 +46,9 @@ router = new_router()
         idempotent=True,
         created=True,
     ),
+    SessionOut,
+    status_code=201,
+    summary="Create a session, optionally from a seed (a snapshot's answer creates the fork's child)",
 )
 async def create_session(request: Request) -> Response:
     body = await body_of(request, empty_is_object=True)
@@ -66,10 +70,10 @@ async def create_session(request: Request) -> Response:
     return answer_response(*await service.idempotently(idempotent_request(request, tenant, body.raw), work))
 
 
-@router.get(
-    "/sessions",
+@router.declare(
+    RouteSpec("GET", "/sessions", Scope.READ, query=LIST_QUERY),
+    SessionPage,
     summary="List sessions by creation or by last activity, filtered or searched",
-    **operation(SessionPage, query=LIST_QUERY),
 )
 async def list_sessions(request: Request) -> Response:
     query = LIST_QUERY.parse(request.query_params)
@@ -96,18 +100,17 @@ async def list_sessions(request: Request) -> Response:
     return json_response(orjson.dumps({"items": items, "nextCursor": next_cursor}))
 
 
-@router.get("/sessions/{id}", summary="One session", **operation(SessionOut, refusals=SESSION_ID))
+@router.declare(RouteSpec("GET", "/sessions/{id}", Scope.READ, refusals=SESSION_ID), SessionOut, summary="One session")
 async def get_session(request: Request) -> Response:
     key = key_of(request)
     return json_response(session_payload(await service_of(request).get(key)))
 
 
-@router.delete(
-    "/sessions/{id}",
+@router.declare(
+    RouteSpec("DELETE", "/sessions/{id}", Scope.WRITE, refusals=SESSION_ID),
     status_code=204,
     response_class=Response,
     summary="Delete a session and its log (its children keep theirs)",
-    **operation(None, refusals=SESSION_ID),
 )
 async def delete_session(request: Request) -> Response:
     key = key_of(request)

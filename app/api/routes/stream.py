@@ -20,8 +20,9 @@ from fastapi.responses import Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.keys_in_force import still_allowed
-from app.api.openapi import SESSION_ID, operation
+from app.api.openapi import SESSION_ID
 from app.api.requests import STREAM_QUERY, last_event_id
+from app.api.route_table import RouteSpec
 from app.api.routing import key_of, new_router, service_of
 from app.domain.access import Scope
 from app.domain.errors import ErrorCode
@@ -51,11 +52,17 @@ def _ping() -> ServerSentEvent:
     return ServerSentEvent(comment="ping")
 
 
-@router.get(
-    "/sessions/{id}/events/stream",
+@router.declare(
+    RouteSpec(
+        "GET",
+        "/sessions/{id}/events/stream",
+        Scope.READ,
+        query=STREAM_QUERY,
+        refusals=(*SESSION_ID, ErrorCode.SESSION_NOT_LIVE),
+        stream=True,
+    ),
     response_class=EventSourceResponse,
     summary="Follow the log live (server-sent events): every event from a seq, then each new one",
-    **operation(None, query=STREAM_QUERY, refusals=(*SESSION_ID, ErrorCode.SESSION_NOT_LIVE), stream=True),
 )
 async def stream_events(request: Request) -> Response:
     key = key_of(request)

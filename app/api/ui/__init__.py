@@ -4,7 +4,7 @@
 - ``vendor/``: the docs pages' Swagger UI and ReDoc bundles, served at ``/docs/assets/``; ``make vendor`` refreshes
   them from ``vendor/package-lock.json`` and ``vendor/VENDORED.json`` records their versions and digests.
 
-Both are open routes (``app.api.auth``): a page must load before it can ask for a key.
+Both are open routes (each mount's declaration, :class:`OpenFiles`): a page must load before it can ask for a key.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from pathlib import Path
 from starlette.responses import Response
 from starlette.routing import Mount
 from starlette.staticfiles import PathLike, StaticFiles
-from starlette.types import Scope
+from starlette.types import ASGIApp, Scope
 
-__all__ = ["DOCS_ASSETS", "PAGE_DIR", "UI_PATH", "VENDOR_DIR", "static_mounts"]
+from app.api.route_table import RouteSpec
+
+__all__ = ["DOCS_ASSETS", "PAGE_DIR", "UI_PATH", "VENDOR_DIR", "OpenFiles", "static_mounts"]
 
 PAGE_DIR = Path(__file__).parent / "page"
 VENDOR_DIR = Path(__file__).parent / "vendor"
@@ -47,9 +49,17 @@ class PageFiles(StaticFiles):
         return response
 
 
+class OpenFiles(Mount):
+    """A folder of files anyone may load, declared as an open route."""
+
+    def __init__(self, path: str, *, app: ASGIApp, name: str) -> None:
+        super().__init__(path, app=app, name=name)
+        self.spec = RouteSpec("GET", f"{self.path}/{{path}}", None, store=False)
+
+
 def static_mounts() -> list[Mount]:
     """``/ui/`` (its ``index.html`` for the folder itself) and ``/docs/assets/``."""
     return [
-        Mount(UI_PATH, app=PageFiles(directory=PAGE_DIR, html=True), name="ui"),
-        Mount(DOCS_ASSETS, app=StaticFiles(directory=VENDOR_DIR), name="docs_assets"),
+        OpenFiles(UI_PATH, app=PageFiles(directory=PAGE_DIR, html=True), name="ui"),
+        OpenFiles(DOCS_ASSETS, app=StaticFiles(directory=VENDOR_DIR), name="docs_assets"),
     ]

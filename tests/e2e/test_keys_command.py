@@ -27,13 +27,13 @@ import os, sys, time
 import app.api.keys_file as keys_file
 from app.cli.main import main
 
-parse = keys_file.parse_keys
+parse = keys_file.parse_keys_file
 
 def slow_parse(text):
     time.sleep(0.5)
     return parse(text)
 
-keys_file.parse_keys = slow_parse
+keys_file.parse_keys_file = slow_parse
 barrier = sys.argv[1]
 open(os.path.join(barrier, f"ready-{os.getpid()}"), "w").close()
 while not os.path.exists(os.path.join(barrier, "go")):

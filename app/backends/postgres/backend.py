@@ -43,7 +43,7 @@ from app.backends.postgres.errors import DRIVER_ERRORS, database_errors
 from app.backends.postgres.failover import PrimaryWatch
 from app.backends.postgres.pool import Connection, PoolSettings, connect, open_pool, redact
 from app.backends.postgres.quotas import bytes_without_created_at, check_quota, seed_bytes
-from app.backends.postgres.rows import Rows
+from app.backends.postgres.rows import Rows, header_of_row
 from app.backends.postgres.schema import migrate
 from app.backends.postgres.state import decode_checkpoint, decode_state, encode_state, fork_state
 from app.backends.postgres.sweep import sweep_once
@@ -87,22 +87,8 @@ async def _during(manager: contextlib.AbstractContextManager[object]) -> AsyncIt
 RETENTION_LOCK = 0x666F726B6C6F6772  # "forklogr"
 
 
-def _header_of(session_id: str, row: asyncpg.Record) -> SessionHeader:
-    return SessionHeader(
-        id=session_id,
-        created_at=row["created_at"],
-        instance=row["instance"],
-        cwd=row["cwd"],
-        parent_session=row["parent_session"],
-        seed_length=row["seed_length"],
-        origin=row["origin"],
-        delegation_depth=row["delegation_depth"],
-        agent_preset=row["agent_preset"],
-    )
-
-
 def _session_of(key: SessionKey, row: asyncpg.Record) -> Session:
-    return Session(key, _header_of(key.id, row), head_of(decode_state(row["state"], row["count"], [])))
+    return Session(key, header_of_row(key.id, row), head_of(decode_state(row["state"], row["count"], [])))
 
 
 def _lineage_params(lineage: Mapping[str, Any]) -> list[Any]:
@@ -405,7 +391,7 @@ class PostgresBackend:
         else:
             nodes = fold_surface(await self._surface(conn, chain, 0, count))
         state = decode_state(row["state"], count, nodes)
-        entry = CachedTip(Session(key, _header_of(key.id, row), head_of(state)), log, state)
+        entry = CachedTip(Session(key, header_of_row(key.id, row), head_of(state)), log, state)
         self._tips.put(key, entry)
         return entry
 

@@ -14,11 +14,10 @@ seed): the sum fills those in first, once each.
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.backends.files.codec import encode_header
 from app.backends.postgres.chains import ChainCache
 from app.backends.postgres.pool import Connection
+from app.backends.postgres.rows import header_of_row
 from app.domain.limits import TenantLimits, quota_refusal
 from app.domain.session import SessionHeader
 
@@ -58,27 +57,13 @@ async def seed_bytes(conn: Connection, chains: ChainCache, log: int, count: int)
     return int(await conn.fetchval(_LINE_BYTES, *chain.arrays(0, count)))
 
 
-def _header(row: Any) -> SessionHeader:
-    return SessionHeader(
-        id=row["id"],
-        created_at=row["created_at"],
-        instance=row["instance"],
-        cwd=row["cwd"],
-        parent_session=row["parent_session"],
-        seed_length=row["seed_length"],
-        origin=row["origin"],
-        delegation_depth=row["delegation_depth"],
-        agent_preset=row["agent_preset"],
-    )
-
-
 async def _usage(conn: Connection, chains: ChainCache, tenant: str) -> tuple[int, int]:
     row = await conn.fetchrow(_USAGE, tenant)
     assert row is not None  # an aggregate always answers one row
     sessions, size = int(row["sessions"]), int(row["bytes"])
     if row["unknown"]:
         for unknown in await conn.fetch(_UNKNOWN, tenant):
-            measured = len(encode_header(_header(unknown))) + await seed_bytes(
+            measured = len(encode_header(header_of_row(unknown["id"], unknown))) + await seed_bytes(
                 conn, chains, unknown["log"], unknown["count"]
             )
             # Kept only if no append moved the session meanwhile (one without a quota takes no lock).

@@ -10,9 +10,10 @@ from app.backends.log_parts import log_parts
 from app.backends.postgres.state import encode_checkpoint
 from app.domain.history import SurfaceChange
 from app.domain.log import SessionLog
+from app.domain.session import SessionHeader
 from app.domain.staging import Checkpoint, StagedEvents
 
-__all__ = ["Rows"]
+__all__ = ["Rows", "header_of_row"]
 
 
 @dataclass(slots=True)
@@ -89,3 +90,18 @@ class Rows:
             self.turn_end_times,
             self.turn_end_checkpoints,
         ]
+
+
+def header_of_row(session_id: str, row: Any) -> SessionHeader:
+    """The header a ``forklog_sessions`` row stores (its id given apart: a row may be read without it)."""
+    return SessionHeader(
+        id=session_id,
+        created_at=row["created_at"],
+        instance=row["instance"],
+        cwd=row["cwd"],
+        parent_session=row["parent_session"],
+        seed_length=row["seed_length"],
+        origin=row["origin"],
+        delegation_depth=row["delegation_depth"],
+        agent_preset=row["agent_preset"],
+    )

@@ -20,6 +20,7 @@ def list_query_of(query: dict[str, Any]) -> ListQuery:
     return ListQuery(
         order=UPDATED if order == UPDATED else CREATED,
         descending=direction == "desc",
+        parent=query["parent"],
         cwd=query["cwd"],
         origin=query["origin"],
         agent_preset=query["agentPreset"],
@@ -29,7 +30,7 @@ def list_query_of(query: dict[str, Any]) -> ListQuery:
 def query_digest(listing: ListQuery, query: dict[str, Any]) -> str | None:
     """What a cursor of this query carries to be told from another query's: None for the plain list (created, asc,
     no filter, no parent, no search: its cursors are those forklog always made), else a short digest of the query."""
-    if listing == ListQuery() and query["q"] is None and query["parent"] is None:
+    if listing == ListQuery() and query["q"] is None:
         return None
     described = [
         listing.order,
@@ -38,6 +39,6 @@ def query_digest(listing: ListQuery, query: dict[str, Any]) -> str | None:
         listing.origin,
         listing.agent_preset,
         query["q"],
-        query["parent"],
+        listing.parent,
     ]
     return hashlib.sha256(orjson.dumps(described)).hexdigest()[:16]

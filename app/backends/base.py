@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from app.backends.observer import StorageObserver
 from app.domain.limits import TenantLimits
-from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
+from app.domain.listing import PageRequest
 from app.domain.log import SessionLog
 from app.domain.session import Session, SessionHeader, SessionKey
 from app.domain.staging import LogTip, StagedEvents
@@ -41,6 +41,7 @@ __all__ = [
     "SweepsOnce",
     "Tip",
     "Usage",
+    "each_session",
 ]
 
 
@@ -158,18 +159,9 @@ class Backend(Protocol):
     async def find(self, key: SessionKey) -> Session | None:
         """The live session, or None; :class:`~app.backends.errors.SessionCorrupt` for a damaged one."""
 
-    async def page(
-        self,
-        tenant: str,
-        *,
-        parent: str | None,
-        after: OrderKey | None,
-        limit: int,
-        query: ListQuery = DEFAULT_QUERY,
-    ) -> list[Session]:
-        """Up to ``limit`` live sessions of ``tenant`` in the query's order (by default creation order: createdAt,
-        id), after the key ``after``, those its filters take; with ``parent``, only those whose ``parentSession`` is
-        it."""
+    async def page(self, tenant: str, request: PageRequest) -> list[Session]:
+        """Up to ``request.limit`` live sessions of ``tenant`` after the key ``request.after``, in its query's order
+        (by default creation order: createdAt, id), those its filters take (``parent``: its children only)."""
 
     async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
         """The stored JSONL lines of events ``start`` .. ``stop - 1`` (fewer if the log is shorter)."""
@@ -268,3 +260,20 @@ class SweepsOnce(Protocol):
 
     def sweep_lease(self) -> AbstractAsyncContextManager[bool]:
         """Held while the caller sweeps: True if this process has the lease, False if another one sweeps now."""
+
+
+class Pages(Protocol):
+    """A store whose sessions can be listed a page at a time (every backend; the CLI's stores)."""
+
+    async def page(self, tenant: str, request: PageRequest) -> list[Session]: ...
+
+
+async def each_session(store: Pages, tenant: str, request: PageRequest) -> AsyncIterator[Session]:
+    """Every session ``request`` takes, from its start to the list's end, a page of ``request.limit`` at a time."""
+    while True:
+        page = await store.page(tenant, request)
+        for session in page:
+            yield session
+        if len(page) < request.limit:
+            return
+        request = request.following(page[-1])

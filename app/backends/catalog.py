@@ -18,13 +18,11 @@ from typing import Any, Protocol
 from sortedcontainers import SortedList
 
 from app.backends.errors import SessionCorrupt
-from app.domain.listing import CREATED, DEFAULT_QUERY, ListQuery
+from app.domain.listing import CREATED, ListQuery, OrderKey, PageRequest
 from app.domain.log import SessionLog
 from app.domain.session import LogHead, Session, SessionHeader, SessionKey, head_of
 
 __all__ = ["Catalog", "FrozenLog", "LiveSession"]
-
-OrderKey = tuple[int, str]
 
 
 class FrozenLog(Protocol):
@@ -233,29 +231,21 @@ class Catalog:
         live.updated_at = updated_at
         by_update.add((updated_at, live.id))
 
-    def page(
-        self,
-        tenant: str,
-        *,
-        parent: str | None,
-        after: OrderKey | None,
-        limit: int,
-        query: ListQuery = DEFAULT_QUERY,
-    ) -> list[LiveSession]:
+    def page(self, tenant: str, request: PageRequest) -> list[LiveSession]:
+        query = request.query
         found: list[LiveSession] = []
-        for live in self._in_order(tenant, parent, after, query):
-            if len(found) == limit:
+        for live in self._in_order(tenant, request.after, query):
+            if len(found) == request.limit:
                 break
-            if (parent is None or live.header.parent_session == parent) and query.matches(live.header):
+            if query.matches(live.header):
                 found.append(live)
         return found
 
-    def _in_order(
-        self, tenant: str, parent: str | None, after: OrderKey | None, query: ListQuery
-    ) -> Iterator[LiveSession]:
+    def _in_order(self, tenant: str, after: OrderKey | None, query: ListQuery) -> Iterator[LiveSession]:
         """The tenant's sessions (or ``parent``'s children, in creation order) from ``after`` on, in the query's
         order and direction (filters not applied)."""
         if query.order == CREATED:
+            parent = query.parent
             ordered = self._by_tenant.get(tenant) if parent is None else self._by_parent.get((tenant, parent))
             if ordered is not None:
                 yield from ordered.before(after) if query.descending else ordered.after(after)

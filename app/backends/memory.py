@@ -6,43 +6,19 @@ for tests and trials (``FORKLOG_BACKEND=memory``); a restart starts empty.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed, SeedLog, Tip, Usage
+from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed
 from app.backends.catalog import Catalog, LiveSession
+from app.backends.catalog_reads import CatalogReads, starting_log
 from app.backends.errors import AlreadyRemembered, StaleHead
 from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
-from app.backends.usage import catalog_log_bytes, catalog_usage
 from app.domain.errors import SessionAlreadyExists
-from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey
 
-__all__ = ["IdempotencyRecords", "MemoryBackend", "live_prefix"]
-
-CHUNK_BYTES = 4 * 1024 * 1024
-
-
-def live_prefix(catalog: Catalog, seed: Seed) -> SessionLog:
-    """The events a new session starts with: the seed's, or the source's first ``count`` (shared, not copied) and
-    the fork's own events after them."""
-    if isinstance(seed, SeedLog):
-        return seed.log
-    source = catalog.get(seed.source)
-    if source is None or source.header.instance != seed.instance:
-        raise StaleHead(f'session "{seed.source.id}" is no longer the incarnation the fork was checked against')
-    log = source.log.prefix(seed.count)
-    if seed.then:  # checked as an append to the seed (EventRejected makes nothing); the log is not live yet
-        breaks = dict(seed.breaks) if seed.breaks else None
-        log.commit(log.stage(seed.then, appended=True, now=seed.now, breaks=breaks))
-    return log
-
-
-async def log_chunks(log: SessionLog) -> AsyncIterator[bytes]:
-    """A log's JSONL lines, a piece at a time."""
-    for piece in log.line_chunks(CHUNK_BYTES):
-        yield piece
+__all__ = ["IdempotencyRecords", "MemoryBackend"]
 
 
 class IdempotencyRecords:
@@ -72,7 +48,7 @@ class IdempotencyRecords:
         return iter(list(self._records.values()))
 
 
-class MemoryBackend:
+class MemoryBackend(CatalogReads):
     name = "memory"
 
     def __init__(self, clock: Callable[[], int]) -> None:
@@ -92,46 +68,6 @@ class MemoryBackend:
     def listen(self, listener: ChangeListener) -> None:
         return None  # no other process shares this memory
 
-    # -- reads -----------------------------------------------------------------------------------------------------
-
-    async def find(self, key: SessionKey) -> Session | None:
-        live = self.catalog.get(key)
-        return live.view() if live is not None else None
-
-    async def page(
-        self,
-        tenant: str,
-        *,
-        parent: str | None,
-        after: OrderKey | None,
-        limit: int,
-        query: ListQuery = DEFAULT_QUERY,
-    ) -> list[Session]:
-        found = self.catalog.page(tenant, parent=parent, after=after, limit=limit, query=query)
-        return [live.view() for live in found]
-
-    async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
-        live = self.catalog.get(key)
-        return live.log.lines(start, stop) if live is not None else b""
-
-    def chunks(self, key: SessionKey, instance: str, stop: int) -> AsyncIterator[bytes]:
-        live = self.catalog.get(key)
-        if live is None or live.header.instance != instance:
-            raise StaleHead(f'session "{key.id}" is no longer the incarnation the snapshot was checked against')
-        return log_chunks(live.log.prefix(stop))  # taken now: later appends are not part of it
-
-    async def is_turn_end(self, key: SessionKey, seq: int) -> bool:
-        live = self.catalog.get(key)
-        return live is not None and live.log.is_turn_end(seq)
-
-    async def history(self, key: SessionKey, at_seq: int | None) -> list[Any]:
-        live = self.catalog.get(key)
-        return live.log.history(at_seq) if live is not None else []
-
-    async def tip(self, key: SessionKey, wanted: Iterable[int] = (), *, refresh: bool = False) -> Tip | None:
-        live = self.catalog.get(key)
-        return Tip(live.view(), live.log) if live is not None else None
-
     # -- changes ---------------------------------------------------------------------------------------------------
 
     async def create(
@@ -139,7 +75,7 @@ class MemoryBackend:
     ) -> Session:
         if self.catalog.get(key) is not None:
             raise SessionAlreadyExists(key.id)
-        log = live_prefix(self.catalog, seed)
+        log = starting_log(self.catalog, seed)
         live = LiveSession(key, self.catalog.new_header(key, instance, lineage), log)
         records = [remember(live.view())] if remember is not None else []
         self.remembered.check_free(records)
@@ -168,19 +104,8 @@ class MemoryBackend:
         self.catalog.add(live)
         return live.view()
 
-    async def tenants(self) -> list[str]:
-        return self.catalog.tenants()
-
     async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
         return self.remembered.get(tenant, idempotency_key)
 
     async def forget(self, before: int) -> None:
         self.remembered.forget(before)
-
-    # -- usage (spec 14: the service counts quotas from it) ---------------------------------------------------------
-
-    def usage(self, tenant: str) -> Usage:
-        return catalog_usage(self.catalog, tenant)
-
-    def log_bytes(self, key: SessionKey, count: int) -> int:
-        return catalog_log_bytes(self.catalog, key, count)

@@ -25,7 +25,7 @@ import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from app.backends.base import Backend
+from app.backends.base import Backend, each_session
 from app.backends.errors import SessionCorrupt, StorageError
 from app.backends.files import FileBackend
 from app.backends.files.codec import loads_stored
@@ -33,6 +33,7 @@ from app.backends.postgres import PostgresBackend
 from app.cli.stores import ReadableStore, describe, readable_store
 from app.domain.clock import wall_clock_ms
 from app.domain.errors import EventRejected, SessionAlreadyExists
+from app.domain.listing import PageRequest
 from app.domain.log import SessionLog
 from app.domain.session import Session, SessionKey
 
@@ -83,13 +84,7 @@ async def sessions_of(store: ReadableStore) -> list[Session]:
     """Every live session of every tenant, in creation order (so the copies' createdAt clock follows them)."""
     found: list[Session] = []
     for tenant in await store.tenants():
-        after: tuple[int, str] | None = None
-        while True:
-            page = await store.page(tenant, parent=None, after=after, limit=PAGE)
-            found.extend(page)
-            if len(page) < PAGE:
-                break
-            after = (page[-1].header.created_at, page[-1].id)
+        found.extend([session async for session in each_session(store, tenant, PageRequest(PAGE))])
     found.sort(key=lambda session: (session.header.created_at, session.key.tenant, session.id))
     return found
 

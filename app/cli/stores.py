@@ -20,6 +20,7 @@ from app.backends.files.reader import FileReader
 from app.backends.open import open_named_backend
 from app.backends.postgres import PostgresBackend, redact
 from app.domain.clock import wall_clock_ms
+from app.domain.listing import PageRequest
 from app.domain.session import Session, SessionKey
 
 __all__ = ["ReadableStore", "describe", "readable_store", "store_of_settings", "writable_store_of_settings"]
@@ -38,9 +39,7 @@ class ReadableStore(Protocol):
 
     async def find(self, key: SessionKey) -> Session | None: ...
 
-    async def page(
-        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
-    ) -> list[Session]: ...
+    async def page(self, tenant: str, request: PageRequest) -> list[Session]: ...
 
     async def read(self, key: SessionKey, start: int, stop: int) -> bytes: ...
 

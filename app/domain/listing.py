@@ -6,12 +6,12 @@ that does not change while a client pages appears exactly once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from app.domain.session import Session, SessionHeader
 
-__all__ = ["CREATED", "DEFAULT_QUERY", "UPDATED", "ListQuery", "Order", "OrderKey"]
+__all__ = ["CREATED", "DEFAULT_QUERY", "UPDATED", "ListQuery", "Order", "OrderKey", "PageRequest"]
 
 Order = Literal["created", "updated"]
 CREATED: Order = "created"
@@ -24,21 +24,19 @@ OrderKey = tuple[int, str]
 @dataclass(frozen=True, slots=True)
 class ListQuery:
     """A list's order (by ``createdAt`` or ``updatedAt``, then id), its direction and its filters (a header field
-    that must equal the value given; None: any)."""
+    that must equal the value given; None: any). ``parent`` lists that session's children only."""
 
     order: Order = CREATED
     descending: bool = False
+    parent: str | None = None
     cwd: str | None = None
     origin: str | None = None
     agent_preset: str | None = None
 
-    @property
-    def filtered(self) -> bool:
-        return self.cwd is not None or self.origin is not None or self.agent_preset is not None
-
     def matches(self, header: SessionHeader) -> bool:
         return (
-            (self.cwd is None or header.cwd == self.cwd)
+            (self.parent is None or header.parent_session == self.parent)
+            and (self.cwd is None or header.cwd == self.cwd)
             and (self.origin is None or header.origin == self.origin)
             and (self.agent_preset is None or header.agent_preset == self.agent_preset)
         )
@@ -54,3 +52,17 @@ class ListQuery:
 
 
 DEFAULT_QUERY = ListQuery()
+
+
+@dataclass(frozen=True, slots=True)
+class PageRequest:
+    """One page of a list: at most ``limit`` sessions after the key ``after`` (None: from the start) in the query's
+    order and direction, those its filters take."""
+
+    limit: int
+    after: OrderKey | None = None
+    query: ListQuery = DEFAULT_QUERY
+
+    def following(self, last: Session, limit: int | None = None) -> PageRequest:
+        """The next page, after ``last`` (of up to ``limit`` sessions, by default as many as this one)."""
+        return replace(self, after=self.query.key_of(last), limit=self.limit if limit is None else limit)

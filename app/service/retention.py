@@ -18,11 +18,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 
-from app.backends.base import Backend, SweepsOnce
+from app.backends.base import Backend, SweepsOnce, each_session
 from app.backends.errors import StorageError
 from app.domain.limits import TenantLimits
-from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
+from app.domain.listing import PageRequest
 from app.domain.session import Session, SessionKey
 
 __all__ = ["Retention", "updated_at", "visible_page"]
@@ -46,27 +47,18 @@ def is_expired(session: Session, cutoff: int | None) -> bool:
     return cutoff is not None and updated_at(session) < cutoff
 
 
-async def visible_page(
-    backend: Backend,
-    tenant: str,
-    *,
-    parent: str | None,
-    after: OrderKey | None,
-    limit: int,
-    cutoff: int | None,
-    query: ListQuery = DEFAULT_QUERY,
-) -> list[Session]:
-    """Up to ``limit`` live sessions in the query's order after ``after``, those expired at ``cutoff`` left out."""
+async def visible_page(backend: Backend, tenant: str, request: PageRequest, cutoff: int | None) -> list[Session]:
+    """The page ``request`` asks for, those expired at ``cutoff`` left out (and as many more read to fill it)."""
     if cutoff is None:
-        return await backend.page(tenant, parent=parent, after=after, limit=limit, query=query)
+        return await backend.page(tenant, request)
     found: list[Session] = []
-    while len(found) < limit:
-        wanted = limit - len(found)
-        page = await backend.page(tenant, parent=parent, after=after, limit=wanted, query=query)
+    while len(found) < request.limit:
+        wanted = request.limit - len(found)
+        page = await backend.page(tenant, replace(request, limit=wanted))
         found.extend(session for session in page if not is_expired(session, cutoff))
         if len(page) < wanted:
             break
-        after = query.key_of(page[-1])
+        request = request.following(page[-1])
     return found
 
 
@@ -135,14 +127,11 @@ class Retention:
             cutoff = self.cutoff(tenant)
             if cutoff is None:
                 continue
-            after: tuple[int, str] | None = None
-            expired: list[SessionKey] = []
-            while True:
-                page = await self._backend.page(tenant, parent=None, after=after, limit=PAGE)
-                expired.extend(session.key for session in page if is_expired(session, cutoff))
-                if len(page) < PAGE:
-                    break
-                after = (page[-1].header.created_at, page[-1].header.id)
+            expired = [
+                session.key
+                async for session in each_session(self._backend, tenant, PageRequest(PAGE))
+                if is_expired(session, cutoff)
+            ]
             for key in expired:
                 if await self._expire(key, cutoff):
                     deleted += 1

@@ -14,13 +14,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
 
-from app.backends.base import Backend
+from app.backends.base import Backend, each_session
 from app.backends.errors import SessionCorrupt, StorageUnavailable
-from app.domain.listing import ListQuery, OrderKey
+from app.domain.listing import PageRequest
 from app.domain.search import Match, Query, SearchText
 from app.domain.session import Session, SessionKey
 from app.service.search_index import IndexDamaged, IndexedSession, SearchIndex
@@ -105,22 +106,12 @@ class Searcher:
         self._indexed = await asyncio.to_thread(self._index.open)
         live: set[SessionKey] = set()
         for tenant in await self._backend.tenants():
-            async for session in self._every(tenant):
+            async for session in each_session(self._backend, tenant, PageRequest(WALK_PAGE)):
                 live.add(session.key)
                 if self._indexed.get(session.key) != (session.header.instance, session.head.count):
                     self._dirty.add(session.key)
         self._dirty |= set(self._indexed) - live
         self._ready = True
-
-    async def _every(self, tenant: str) -> AsyncIterator[Session]:
-        after: OrderKey | None = None
-        while True:
-            page = await self._backend.page(tenant, parent=None, after=after, limit=WALK_PAGE)
-            for session in page:
-                yield session
-            if len(page) < WALK_PAGE:
-                return
-            after = (page[-1].header.created_at, page[-1].id)
 
     async def _round(self) -> None:
         """Index what the dirty sessions gained (a batch of them), in one transaction."""
@@ -166,23 +157,14 @@ class Searcher:
 
     # -- searching ---------------------------------------------------------------------------------------------------
 
-    async def search(
-        self,
-        tenant: str,
-        q: str,
-        *,
-        parent: str | None,
-        after: OrderKey | None,
-        limit: int,
-        query: ListQuery,
-    ) -> list[tuple[Session, Match]]:
-        """Up to ``limit`` matching sessions in the query's order after ``after``, each with its match."""
+    async def search(self, tenant: str, q: str, request: PageRequest) -> list[tuple[Session, Match]]:
+        """The page ``request`` asks for of the sessions that match ``q``, each with its match."""
         wanted = Query.of(q)
         candidates = await self._candidates(tenant, wanted)
         if candidates is not None and len(candidates) <= FEW_CANDIDATES:
-            ordered = self._looked_up(tenant, candidates, parent, after, query)
-            return await self._confirmed(ordered, wanted, limit)
-        return await self._confirmed(self._walk(tenant, parent, after, query, candidates), wanted, limit)
+            ordered = self._looked_up(tenant, candidates, request)
+            return await self._confirmed(ordered, wanted, request.limit)
+        return await self._confirmed(self._walk(tenant, request, candidates), wanted, request.limit)
 
     async def _candidates(self, tenant: str, wanted: Query) -> set[str] | None:
         """The ids that may match (None: any session may)."""
@@ -203,9 +185,8 @@ class Searcher:
         unsure = {key.id for key in (*self._dirty, *self._pending) if key.tenant == tenant}
         return found | unsure
 
-    async def _looked_up(
-        self, tenant: str, ids: set[str], parent: str | None, after: OrderKey | None, query: ListQuery
-    ) -> AsyncIterator[Session]:
+    async def _looked_up(self, tenant: str, ids: set[str], request: PageRequest) -> AsyncIterator[Session]:
+        query, after = request.query, request.after
         sessions = []
         for session_id in ids:
             try:
@@ -214,26 +195,17 @@ class Searcher:
                 continue
             if session is None or not query.matches(session.header):
                 continue
-            if parent is not None and session.header.parent_session != parent:
-                continue
             if after is None or query.follows(query.key_of(session), after):
                 sessions.append(session)
         sessions.sort(key=query.key_of, reverse=query.descending)
         for session in sessions:
             yield session
 
-    async def _walk(
-        self, tenant: str, parent: str | None, after: OrderKey | None, query: ListQuery, ids: set[str] | None
-    ) -> AsyncIterator[Session]:
-        """The list in the query's order, those of ``ids`` only (None: all)."""
-        while True:
-            page = await self._backend.page(tenant, parent=parent, after=after, limit=WALK_PAGE, query=query)
-            for session in page:
-                if ids is None or session.id in ids:
-                    yield session
-            if len(page) < WALK_PAGE:
-                return
-            after = query.key_of(page[-1])
+    async def _walk(self, tenant: str, request: PageRequest, ids: set[str] | None) -> AsyncIterator[Session]:
+        """The list in the request's order from its start, those of ``ids`` only (None: all)."""
+        async for session in each_session(self._backend, tenant, replace(request, limit=WALK_PAGE)):
+            if ids is None or session.id in ids:
+                yield session
 
     async def _confirmed(
         self, sessions: AsyncIterator[Session], wanted: Query, limit: int

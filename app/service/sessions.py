@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from app.domain.errors import (
 )
 from app.domain.ids import check_id, new_instance, new_session_id
 from app.domain.limits import NO_LIMITS, TenantLimits
-from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
+from app.domain.listing import ListQuery, OrderKey, PageRequest
 from app.domain.log import StagedEvents, join_staged, replace_targets, seed_log, stage
 from app.domain.search import Match
 from app.domain.session import Session, SessionHeader, SessionKey, check_live, check_meta, head_of, lineage_attrs
@@ -248,22 +248,16 @@ class SessionService:
         return await self._live(key)
 
     async def page(
-        self,
-        tenant: str,
-        *,
-        parent: str | None,
-        after: OrderKey | None,
-        limit: int,
-        query: ListQuery = DEFAULT_QUERY,
-        q: str | None = None,
+        self, tenant: str, request: PageRequest, q: str | None = None
     ) -> tuple[list[tuple[Session, Match | None]], OrderKey | None]:
-        """Up to ``limit`` sessions in the query's order after ``after`` (with ``q``, those that match it, each with
-        its match), and the key to continue from (None at the end)."""
+        """The page ``request`` asks for (with ``q``, of the sessions that match it, each with its match), and the
+        key to continue from (None at the end)."""
         self._require_ready()
         cutoff = self.retention.cutoff(tenant)  # expired sessions never show, even before they are deleted
+        limit, query = request.limit, request.query
         found: list[tuple[Session, Match | None]]
         if q is not None:
-            matched = await self.searcher.search(tenant, q, parent=parent, after=after, limit=limit + 1, query=query)
+            matched = await self.searcher.search(tenant, q, replace(request, limit=limit + 1))
             found = list(matched)
             if cutoff is not None:
                 # What the search found beyond its expired sessions is still in order: its next page starts after
@@ -273,9 +267,7 @@ class SessionService:
                     return kept, None
                 return kept[:limit], query.key_of(found[limit - 1][0])
         else:
-            sessions = await visible_page(
-                self.backend, tenant, parent=parent, after=after, limit=limit + 1, cutoff=cutoff, query=query
-            )
+            sessions = await visible_page(self.backend, tenant, replace(request, limit=limit + 1), cutoff)
             found = [(session, None) for session in sessions]
         if len(found) <= limit:
             return found, None
@@ -412,9 +404,8 @@ class SessionService:
             ancestors.append(found)
             seen.add(parent)
             parent = found.header.parent_session
-        children = await visible_page(
-            self.backend, key.tenant, parent=key.id, after=None, limit=LINEAGE_CHILDREN, cutoff=cutoff
-        )
+        children_of = PageRequest(LINEAGE_CHILDREN, query=ListQuery(parent=key.id))
+        children = await visible_page(self.backend, key.tenant, children_of, cutoff)
         return Lineage(ancestors, children, missing)
 
     # -- create ----------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from app.backends.errors import AlreadyRemembered, StaleHead
 from app.domain.clock import wall_clock_ms
 from app.domain.errors import SessionAlreadyExists
 from app.domain.ids import new_instance
+from app.domain.listing import ListQuery, PageRequest
 from app.domain.log import seed_log
 from app.domain.session import DEFAULT_TENANT, Session, SessionHeader, SessionKey, head_of
 from app.domain.staging import StagedEvents, stage
@@ -99,7 +100,7 @@ async def snapshot_of(backend: Backend, session_id: str) -> Any:
 async def test_an_empty_store_has_no_session(backend: Backend) -> None:
     assert (await backend.readiness()).sessions == 0
     assert await backend.find(key("nope")) is None
-    assert await backend.page(DEFAULT_TENANT, parent=None, after=None, limit=10) == []
+    assert await backend.page(DEFAULT_TENANT, PageRequest(10)) == []
     assert await backend.tip(key("nope")) is None
 
 
@@ -207,13 +208,13 @@ async def test_a_page_lists_a_tenant_in_creation_order_after_a_key(backend: Back
     for name in ("m", "b", "z", "a"):
         await create(backend, name)
     await create(backend, "kid", parent_session="m")
-    listed = await backend.page(DEFAULT_TENANT, parent=None, after=None, limit=10)
+    listed = await backend.page(DEFAULT_TENANT, PageRequest(10))
     assert [session.id for session in listed] == ["m", "b", "z", "a", "kid"]
     keys = [(session.header.created_at, session.id) for session in listed]
     assert keys == sorted(keys)
-    rest = await backend.page(DEFAULT_TENANT, parent=None, after=keys[1], limit=2)
+    rest = await backend.page(DEFAULT_TENANT, PageRequest(2, after=keys[1]))
     assert [session.id for session in rest] == ["z", "a"]
-    children = await backend.page(DEFAULT_TENANT, parent="m", after=None, limit=10)
+    children = await backend.page(DEFAULT_TENANT, PageRequest(10, query=ListQuery(parent="m")))
     assert [session.id for session in children] == ["kid"]
 
 
@@ -356,9 +357,7 @@ async def test_delete_removes_the_session_and_frees_its_id(backend: Backend) -> 
     await create(backend, "other")
     await backend.delete(key("s"))
     assert await backend.find(key("s")) is None
-    assert [session.id for session in await backend.page(DEFAULT_TENANT, parent=None, after=None, limit=10)] == [
-        "other"
-    ]
+    assert [session.id for session in await backend.page(DEFAULT_TENANT, PageRequest(10))] == ["other"]
     await create(backend, "s")
     found = await backend.find(key("s"))
     assert found is not None and found.head.count == 0
@@ -373,7 +372,7 @@ async def test_tenants_with_equal_ids_never_meet(backend: Backend) -> None:
     assert await everything(backend, "demo", "acme") == a
     assert await everything(backend, "demo", "globex") == b
     assert await backend.find(key("demo")) is None
-    listed = await backend.page("acme", parent=None, after=None, limit=10)
+    listed = await backend.page("acme", PageRequest(10))
     assert [(session.key.tenant, session.id) for session in listed] == [("acme", "demo")]
     await backend.delete(key("demo", "acme"))
     assert await backend.find(key("demo", "acme")) is None

@@ -14,7 +14,7 @@ from app.backends.files import FileBackend
 from app.backends.files.codec import encode_header
 from app.domain.errors import EventRejected
 from app.domain.ids import new_instance
-from app.domain.listing import ListQuery, OrderKey
+from app.domain.listing import ListQuery, OrderKey, PageRequest
 from app.domain.log import stage
 from app.domain.session import LogHead, Session
 from app.service.sessions import wall_clock_ms
@@ -179,7 +179,7 @@ async def test_a_fork_with_a_bad_event_makes_nothing(backend: Backend) -> None:
         await fork_with(backend, "src", "bad", 8, [turn_start(2), turn_start(3)])
     assert refused.value.index == 1
     assert await backend.find(key("bad")) is None
-    assert [session.id for session in await backend.page("default", parent=None, after=None, limit=10)] == ["src"]
+    assert [session.id for session in await backend.page("default", PageRequest(10))] == ["src"]
     await fork_with(backend, "src", "bad", 8, turn(2))  # the id is free
     assert (await found(backend, "bad")).head.count == 16
 
@@ -199,7 +199,7 @@ async def test_a_reopened_store_holds_a_fork_with_events(make_backend: BackendFa
 
 
 async def ids(backend: Backend, query: ListQuery, after: OrderKey | None = None, limit: int = 100) -> list[str]:
-    return [s.id for s in await backend.page("default", parent=None, after=after, limit=limit, query=query)]
+    return [s.id for s in await backend.page("default", PageRequest(limit, after=after, query=query))]
 
 
 BY_UPDATE = ListQuery(order="updated", descending=True)

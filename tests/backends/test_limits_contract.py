@@ -17,6 +17,7 @@ from app.backends.memory import MemoryBackend
 from app.backends.postgres import PostgresBackend
 from app.domain.errors import ErrorCode, SessionError
 from app.domain.limits import TenantLimits
+from app.domain.listing import PageRequest
 from app.domain.session import DEFAULT_TENANT, SessionKey
 from app.service.sessions import SessionService, wall_clock_ms
 from tests.backends.conftest import BackendFactory
@@ -61,7 +62,7 @@ async def test_concurrent_creates_and_forks_take_exactly_the_free_slots(make_bac
         assert {(error.facts["quota"], error.facts["limit"], error.facts["used"]) for error in refused} == {
             ("sessions", 5, 5)
         }
-        sessions, _ = await service.page(DEFAULT_TENANT, parent=None, after=None, limit=100)
+        sessions, _ = await service.page(DEFAULT_TENANT, PageRequest(100))
         assert len(sessions) == 5
 
         await service.delete(key("source"))
@@ -75,7 +76,7 @@ async def test_an_idle_session_expires_and_its_child_keeps_its_log(make_backend:
         started = time.monotonic()
         while True:
             await service.append(key("child"), [{"type": "forklog-test/note", "data": {"text": "alive"}}])
-            sessions, _ = await service.page(DEFAULT_TENANT, parent=None, after=None, limit=100)
+            sessions, _ = await service.page(DEFAULT_TENANT, PageRequest(100))
             listed = [session.id for session, _ in sessions]
             if listed == ["child"] and await service.backend.find(key("parent")) is None:
                 break

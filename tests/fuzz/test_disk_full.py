@@ -24,6 +24,7 @@ from app.api.app import create_app
 from app.api.settings import Settings
 from app.backends.files import FileBackend, FileOps
 from app.domain.clock import wall_clock_ms
+from app.domain.listing import PageRequest
 from app.domain.session import DEFAULT_TENANT, SessionKey
 from tests.events import user_message
 from tests.fuzz.support import (
@@ -246,7 +247,7 @@ def test_writes_refused_for_a_while_answer_503_and_lose_nothing(tmp_path: Path) 
         try:
             await reopened.open()
             assert reopened.corrupt == []
-            listed = await reopened.page(DEFAULT_TENANT, parent=None, after=None, limit=10)
+            listed = await reopened.page(DEFAULT_TENANT, PageRequest(10))
             assert sorted(session.id for session in listed) == ["child", "new", "s"]
             for session_id in ("s", "child"):
                 found = await reopened.find(SessionKey(DEFAULT_TENANT, session_id))

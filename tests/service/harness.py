@@ -19,6 +19,7 @@ from app.api.wire import decode_cursor, encode_cursor
 from app.backends.catalog import LiveSession
 from app.backends.memory import MemoryBackend
 from app.domain.errors import ErrorCode, ForklogError
+from app.domain.listing import ListQuery, PageRequest
 from app.domain.log import SessionLog
 from app.domain.session import DEFAULT_TENANT, Session, SessionHeader, SessionKey
 from app.service.sessions import SessionService
@@ -132,7 +133,9 @@ class StoreHarness:
     ) -> tuple[list[Session], str | None]:
         """A page of the list and its opaque cursor, as ``GET /sessions`` gives them."""
         after = decode_cursor(cursor)[0] if cursor is not None else None
-        found, last = self.run(self.service.page(self.tenant, parent=parent, after=after, limit=limit))
+        found, last = self.run(
+            self.service.page(self.tenant, PageRequest(limit, after=after, query=ListQuery(parent=parent)))
+        )
         return [session for session, _ in found], encode_cursor(last) if last is not None else None
 
 

@@ -24,6 +24,7 @@ from app.api.wire import (
 )
 from app.domain.access import Scope
 from app.domain.errors import ErrorCode
+from app.domain.listing import PageRequest
 from app.service.idempotency import Answer, Claim
 
 __all__ = ["router"]
@@ -89,9 +90,8 @@ async def list_sessions(request: Request) -> Response:
                 "belongs to another query",
                 "the cursor was made for another order, direction, filter or q; start again without it",
             )
-    found, last = await service_of(request).page(
-        tenant_of(request), parent=query["parent"], after=after, limit=query["limit"], query=listing, q=query["q"]
-    )
+    page = PageRequest(query["limit"], after=after, query=listing)
+    found, last = await service_of(request).page(tenant_of(request), page, q=query["q"])
     items = [
         session_json(session) if match is None else {**session_json(session), "match": match_json(match)}
         for session, match in found

@@ -15,7 +15,7 @@ import gc
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,10 +28,9 @@ from app.backends.base import (
     Remembered,
     Seed,
     SeedPrefix,
-    Tip,
-    Usage,
 )
 from app.backends.catalog import Catalog, LiveSession
+from app.backends.catalog_reads import CatalogReads, starting_log
 from app.backends.errors import Access, StaleHead
 from app.backends.files.checkpointer import REWRITE_MIN_BYTES, Checkpointer
 from app.backends.files.codec import encode_header
@@ -44,11 +43,8 @@ from app.backends.files.idempotency_journal import IdempotencyJournal, lines_dig
 from app.backends.files.journal import JOURNAL_NAME, Journal
 from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, parse_header
 from app.backends.files.writer import OPEN_FILES, AppendWriter
-from app.backends.memory import live_prefix, log_chunks
 from app.backends.observer import StorageObserver
-from app.backends.usage import catalog_log_bytes, catalog_usage
 from app.domain.errors import SessionAlreadyExists
-from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey, head_of
 
@@ -82,7 +78,7 @@ SYNC_SPAN = "forklog.storage.sync"
 CHECKPOINT_SECONDS = 1.0
 
 
-class FileBackend:
+class FileBackend(CatalogReads):
     """Sessions in ``data_dir``; the process holds the directory's lock from construction to :meth:`close`.
 
     ``ops`` is the door to the operating system (tests pass a :class:`FileOps` that injects faults).
@@ -240,46 +236,6 @@ class FileBackend:
     def listen(self, listener: ChangeListener) -> None:
         return None  # one process owns the directory: every change is this process's own
 
-    # -- reads (from memory) -----------------------------------------------------------------------------------------
-
-    async def find(self, key: SessionKey) -> Session | None:
-        live = self.catalog.get(key)
-        return live.view() if live is not None else None
-
-    async def page(
-        self,
-        tenant: str,
-        *,
-        parent: str | None,
-        after: OrderKey | None,
-        limit: int,
-        query: ListQuery = DEFAULT_QUERY,
-    ) -> list[Session]:
-        found = self.catalog.page(tenant, parent=parent, after=after, limit=limit, query=query)
-        return [live.view() for live in found]
-
-    async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
-        live = self.catalog.get(key)
-        return live.log.lines(start, stop) if live is not None else b""
-
-    def chunks(self, key: SessionKey, instance: str, stop: int) -> AsyncIterator[bytes]:
-        live = self.catalog.get(key)
-        if live is None or live.header.instance != instance:
-            raise StaleHead(f'session "{key.id}" is no longer the incarnation the snapshot was checked against')
-        return log_chunks(live.log.prefix(stop))
-
-    async def is_turn_end(self, key: SessionKey, seq: int) -> bool:
-        live = self.catalog.get(key)
-        return live is not None and live.log.is_turn_end(seq)
-
-    async def history(self, key: SessionKey, at_seq: int | None) -> list[Any]:
-        live = self.catalog.get(key)
-        return live.log.history(at_seq) if live is not None else []
-
-    async def tip(self, key: SessionKey, wanted: Iterable[int] = (), *, refresh: bool = False) -> Tip | None:
-        live = self.catalog.get(key)
-        return Tip(live.view(), live.log) if live is not None else None
-
     # -- create ----------------------------------------------------------------------------------------------------
 
     async def create(
@@ -287,7 +243,7 @@ class FileBackend:
     ) -> Session:
         if self.catalog.get(key) is not None:
             raise SessionAlreadyExists(key.id)
-        log = live_prefix(self.catalog, seed)
+        log = starting_log(self.catalog, seed)
         copy_from = None
         if isinstance(seed, SeedPrefix) and seed.count:
             source = self.catalog.get(seed.source)
@@ -304,17 +260,6 @@ class FileBackend:
         if self.catalog.get(key) is not None:
             raise SessionAlreadyExists(key.id)
         return await self._make(key, header, log, [])
-
-    # -- usage (spec 14: the service counts quotas from it) ---------------------------------------------------------
-
-    def usage(self, tenant: str) -> Usage:
-        return catalog_usage(self.catalog, tenant)
-
-    def log_bytes(self, key: SessionKey, count: int) -> int:
-        return catalog_log_bytes(self.catalog, key, count)
-
-    async def tenants(self) -> list[str]:
-        return self.catalog.tenants()
 
     async def _make(
         self,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from app.backends.base import CorruptEntry
 from app.backends.catalog import Catalog
+from app.backends.catalog_reads import CatalogReads
 from app.backends.errors import DataDirLocked, StaleHead, StartRefused
 from app.backends.files.cuts import CutRecords
 from app.backends.files.datadir import DataDir
@@ -25,7 +26,7 @@ from app.backends.files.fileops import FileKind, FileOps
 from app.backends.files.journal import JOURNAL_NAME, Journal
 from app.backends.files.recovery import Recovery, RecoveryReport, salvage_log
 from app.domain.log import SessionLog
-from app.domain.session import Session, SessionHeader, SessionKey
+from app.domain.session import SessionHeader, SessionKey
 
 __all__ = ["STORE_FOLDERS", "FileReader", "NoStore"]
 
@@ -41,7 +42,7 @@ class NoStore(StartRefused):
     """The path does not exist, is not a directory, or holds no forklog store."""
 
 
-class FileReader:
+class FileReader(CatalogReads):
     """The sessions of the data directory ``data_dir``, read without changing it.
 
     :meth:`verify` checks every file keeping nothing (it may run beside a service). :meth:`open` loads every
@@ -113,22 +114,6 @@ class FileReader:
     def corrupt(self) -> list[CorruptEntry]:
         """The stored sessions :meth:`open` found damaged (kept out, as a start keeps them out of service)."""
         return list(self._corrupt)
-
-    async def tenants(self) -> list[str]:
-        return self.catalog.tenants()
-
-    async def find(self, key: SessionKey) -> Session | None:
-        live = self.catalog.get(key)
-        return live.view() if live is not None else None
-
-    async def page(
-        self, tenant: str, *, parent: str | None, after: tuple[int, str] | None, limit: int
-    ) -> list[Session]:
-        return [live.view() for live in self.catalog.page(tenant, parent=parent, after=after, limit=limit)]
-
-    async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
-        live = self.catalog.get(key)
-        return live.log.lines(start, stop) if live is not None else b""
 
     def chunks(self, key: SessionKey, instance: str, stop: int) -> AsyncIterator[bytes]:
         """Events ``0 .. stop - 1``, whatever the last of them is (an open turn, a log-only event)."""

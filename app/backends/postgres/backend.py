@@ -53,7 +53,7 @@ from app.domain.events import LogState
 from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.ids import new_instance
 from app.domain.limits import NO_LIMITS
-from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
+from app.domain.listing import PageRequest
 from app.domain.log import SessionLog, StagedEvents, replace_targets, stage
 from app.domain.session import HEADER_FIELDS, Session, SessionHeader, SessionKey, head_of
 from app.domain.summary import TITLE_TYPE, title_of
@@ -286,16 +286,8 @@ class PostgresBackend:
             row = await conn.fetchrow(queries.FIND, key.tenant, key.id)
         return _session_of(key, row) if row is not None else None
 
-    async def page(
-        self,
-        tenant: str,
-        *,
-        parent: str | None,
-        after: OrderKey | None,
-        limit: int,
-        query: ListQuery = DEFAULT_QUERY,
-    ) -> list[Session]:
-        statement, params = queries.page_query(tenant, limit, parent=parent, after=after, query=query)
+    async def page(self, tenant: str, request: PageRequest) -> list[Session]:
+        statement, params = queries.page_query(tenant, request)
         async with self._connection(Access.READ) as conn:
             rows = await conn.fetch(statement, *params)
         return [_session_of(SessionKey(tenant, row["id"]), row) for row in rows]

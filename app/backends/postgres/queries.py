@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.domain.listing import CREATED, ListQuery, OrderKey
+from app.domain.listing import CREATED, PageRequest
 
 __all__ = [
     "APPEND",
@@ -39,15 +39,14 @@ SESSION_COLUMNS = (
 FIND = f"SELECT {SESSION_COLUMNS} FROM forklog_sessions WHERE tenant = $1 AND id = $2"
 
 
-def page_query(
-    tenant: str, limit: int, *, parent: str | None, after: OrderKey | None, query: ListQuery
-) -> tuple[str, list[Any]]:
+def page_query(tenant: str, request: PageRequest) -> tuple[str, list[Any]]:
     """A page of a tenant's sessions in the query's order (by (created_at, id) or (updated_at, id), each served by
     an index on (tenant, that column, id)) after the key ``after``, with its filters; and its parameters."""
-    params: list[Any] = [tenant, limit]
+    query, after = request.query, request.after
+    params: list[Any] = [tenant, request.limit]
     conditions = ["tenant = $1"]
     for column, value in (
-        ("parent_session", parent),
+        ("parent_session", query.parent),
         ("cwd", query.cwd),
         ("origin", query.origin),
         ("agent_preset", query.agent_preset),

@@ -18,6 +18,7 @@ from app.backends.catalog import LiveSession
 from app.backends.files import FileBackend, FileOps
 from app.domain.clock import wall_clock_ms
 from app.domain.errors import ErrorCode, SessionError
+from app.domain.listing import PageRequest
 from app.domain.session import DEFAULT_TENANT, Session, SessionKey
 from app.service.sessions import SessionService
 from tests.backends.files.faulty_ops import FaultyFileOps
@@ -63,7 +64,7 @@ class FileStore:
         return live
 
     def page(self, limit: int = 1000) -> list[LiveSession]:
-        return self.backend.catalog.page(DEFAULT_TENANT, parent=None, after=None, limit=limit)
+        return self.backend.catalog.page(DEFAULT_TENANT, PageRequest(limit))
 
     def __contains__(self, session_id: str) -> bool:
         return self.backend.catalog.get(self.key(session_id)) is not None

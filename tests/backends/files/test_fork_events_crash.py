@@ -11,6 +11,7 @@ import pytest
 from app.backends.base import SeedLog, SeedPrefix
 from app.backends.files import FileBackend
 from app.domain.ids import new_instance
+from app.domain.listing import PageRequest
 from app.domain.log import seed_log
 from app.domain.session import SessionKey
 from app.service.sessions import wall_clock_ms
@@ -55,7 +56,7 @@ async def test_a_crash_before_the_child_is_linked_leaves_no_child(tmp_path: Path
     await reopened.open()
     try:
         assert await reopened.find(SessionKey("default", "kid")) is None
-        assert [s.id for s in await reopened.page("default", parent=None, after=None, limit=10)] == ["src"]
+        assert [s.id for s in await reopened.page("default", PageRequest(10))] == ["src"]
         await _fork_with_events(reopened)  # the id is free, and the fork is whole
         kid = await reopened.find(SessionKey("default", "kid"))
         assert kid is not None and kid.head.count == 16

@@ -1,0 +1,99 @@
+"""The reads of a store whose every session is held in a :class:`~app.backends.catalog.Catalog` in this process's
+memory (the memory and file backends, and the files reader): written once, so that they answer alike.
+
+Also what a tenant holds there (spec 14's usage; spec 12's ``bytes``: each log as ``export`` writes it, header line
+and event lines), and the log a new session starts with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from app.backends.base import Seed, SeedLog, Tip, Usage
+from app.backends.catalog import Catalog
+from app.backends.errors import StaleHead
+from app.backends.files.codec import encode_header
+from app.domain.listing import PageRequest
+from app.domain.log import SessionLog
+from app.domain.session import Session, SessionKey
+
+__all__ = ["CatalogReads", "starting_log"]
+
+CHUNK_BYTES = 4 * 1024 * 1024
+# Sessions are summed in pages of this many.
+USAGE_PAGE = 10_000
+
+
+class CatalogReads:
+    """Reads answered from ``catalog`` alone (no I/O)."""
+
+    catalog: Catalog
+
+    async def tenants(self) -> list[str]:
+        return self.catalog.tenants()
+
+    async def find(self, key: SessionKey) -> Session | None:
+        live = self.catalog.get(key)
+        return live.view() if live is not None else None
+
+    async def page(self, tenant: str, request: PageRequest) -> list[Session]:
+        return [live.view() for live in self.catalog.page(tenant, request)]
+
+    async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
+        live = self.catalog.get(key)
+        return live.log.lines(start, stop) if live is not None else b""
+
+    def chunks(self, key: SessionKey, instance: str, stop: int) -> AsyncIterator[bytes]:
+        live = self.catalog.get(key)
+        if live is None or live.header.instance != instance:
+            raise StaleHead(f'session "{key.id}" is no longer the incarnation the snapshot was checked against')
+        return _line_chunks(live.log.prefix(stop))  # taken now: later appends are not part of it
+
+    async def is_turn_end(self, key: SessionKey, seq: int) -> bool:
+        live = self.catalog.get(key)
+        return live is not None and live.log.is_turn_end(seq)
+
+    async def history(self, key: SessionKey, at_seq: int | None) -> list[Any]:
+        live = self.catalog.get(key)
+        return live.log.history(at_seq) if live is not None else []
+
+    async def tip(self, key: SessionKey, wanted: Iterable[int] = (), *, refresh: bool = False) -> Tip | None:
+        live = self.catalog.get(key)
+        return Tip(live.view(), live.log) if live is not None else None
+
+    def usage(self, tenant: str) -> Usage:
+        sessions = size = 0
+        request = PageRequest(USAGE_PAGE)
+        while True:
+            page = self.catalog.page(tenant, request)
+            for live in page:
+                size += len(encode_header(live.header)) + live.body_bytes()
+            sessions += len(page)
+            if len(page) < USAGE_PAGE:
+                return Usage(sessions, size)
+            request = PageRequest(USAGE_PAGE, after=page[-1].order_key)
+
+    def log_bytes(self, key: SessionKey, count: int) -> int:
+        live = self.catalog.live(key)
+        return live.log.offset(min(count, len(live.log))) if live is not None else 0
+
+
+def starting_log(catalog: Catalog, seed: Seed) -> SessionLog:
+    """The events a new session starts with: the seed's, or the source's first ``count`` (shared, not copied) and
+    the fork's own events after them."""
+    if isinstance(seed, SeedLog):
+        return seed.log
+    source = catalog.get(seed.source)
+    if source is None or source.header.instance != seed.instance:
+        raise StaleHead(f'session "{seed.source.id}" is no longer the incarnation the fork was checked against')
+    log = source.log.prefix(seed.count)
+    if seed.then:  # checked as an append to the seed (EventRejected makes nothing); the log is not live yet
+        breaks = dict(seed.breaks) if seed.breaks else None
+        log.commit(log.stage(seed.then, appended=True, now=seed.now, breaks=breaks))
+    return log
+
+
+async def _line_chunks(log: SessionLog) -> AsyncIterator[bytes]:
+    for piece in log.line_chunks(CHUNK_BYTES):
+        yield piece

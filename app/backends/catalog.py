@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from sortedcontainers import SortedList
 
-from app.backends.errors import SessionCorrupt
+from app.backends.errors import SessionCorrupt, StaleHead
 from app.domain.listing import CREATED, ListQuery, OrderKey, PageRequest
 from app.domain.log import SessionLog
 from app.domain.session import LogHead, Session, SessionHeader, SessionKey, head_of
@@ -220,6 +220,16 @@ class Catalog:
         self._corrupt[key] = reason
         if created_at is not None:
             self._saw(key.tenant, created_at)
+
+    def staged_on(self, key: SessionKey, base_count: int) -> LiveSession:
+        """The live session an append staged on its first ``base_count`` events goes to; StaleHead if it is gone or
+        has grown since (the append must be staged again)."""
+        live = self.get(key)
+        if live is None:
+            raise StaleHead(f'session "{key.id}" is no longer live')
+        if base_count != len(live.log):
+            raise StaleHead(f'session "{key.id}" has {len(live.log)} events, not the {base_count} staged on')
+        return live
 
     def touch(self, live: LiveSession) -> None:
         """``live``'s log grew: move it in the order by ``updatedAt``."""

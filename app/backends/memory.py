@@ -12,7 +12,7 @@ from typing import Any
 from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed
 from app.backends.catalog import Catalog, LiveSession
 from app.backends.catalog_reads import CatalogReads, starting_log
-from app.backends.errors import AlreadyRemembered, StaleHead
+from app.backends.errors import AlreadyRemembered
 from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
 from app.domain.errors import SessionAlreadyExists
 from app.domain.log import SessionLog, StagedEvents
@@ -84,11 +84,7 @@ class MemoryBackend(CatalogReads):
         return live.view()
 
     async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[Remembered] = ()) -> None:
-        live = self.catalog.get(key)
-        if live is None:
-            raise StaleHead(f'session "{key.id}" is no longer live')
-        if staged.base_count != len(live.log):
-            raise StaleHead(f'session "{key.id}" has {len(live.log)} events, not the {staged.base_count} staged on')
+        live = self.catalog.staged_on(key, staged.base_count)
         self.remembered.check_free(remember)
         live.log.commit(staged)
         self.catalog.touch(live)

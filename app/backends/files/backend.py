@@ -31,7 +31,7 @@ from app.backends.base import (
 )
 from app.backends.catalog import Catalog, LiveSession
 from app.backends.catalog_reads import CatalogReads, starting_log
-from app.backends.errors import Access, StaleHead
+from app.backends.errors import Access
 from app.backends.files.checkpointer import REWRITE_MIN_BYTES, Checkpointer
 from app.backends.files.codec import encode_header
 from app.backends.files.cuts import CUT_SUFFIX, CutRecords
@@ -400,11 +400,7 @@ class FileBackend(CatalogReads):
     # -- append ----------------------------------------------------------------------------------------------------
 
     async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[Remembered] = ()) -> None:
-        live = self.catalog.get(key)
-        if live is None:
-            raise StaleHead(f'session "{key.id}" is no longer live')
-        if staged.base_count != len(live.log):
-            raise StaleHead(f'session "{key.id}" has {len(live.log)} events, not the {staged.base_count} staged on')
+        live = self.catalog.staged_on(key, staged.base_count)
         self.remembered.check_free(remember)
         placed = await self._write_records([(record, _digest_of(staged, record)) for record in remember])
         events = len(staged.events)

@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 
+from app.backends.background import BackgroundLoop
 from app.backends.base import ChangeListener
-from app.backends.postgres.background import BackgroundLoop
 from app.backends.postgres.errors import DRIVER_ERRORS
 from app.backends.postgres.pool import Connection, PoolSettings, connect
 from app.domain.session import SessionKey

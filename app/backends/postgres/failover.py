@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from app.backends.postgres.background import BackgroundLoop
+from app.backends.background import BackgroundLoop
 from app.backends.postgres.errors import DRIVER_ERRORS
 from app.backends.postgres.pool import PoolSettings, connect, redact
 

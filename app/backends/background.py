@@ -1,5 +1,5 @@
-"""A loop the PostgreSQL backend runs in the background while it is open (the doorbell, the change poll, the
-primary watch): one task, started once, cancelled and awaited when the backend closes."""
+"""A loop run in the background while its owner is open (PostgreSQL's doorbell, change poll and primary watch; the
+search indexer): one task, started once, cancelled and awaited when its owner closes."""
 
 from __future__ import annotations
 

@@ -63,6 +63,7 @@ class StoreHarness:
         # No background task may outlive a call: the harness's loop only runs while it is called.
         self.run(self.service.idempotency.stop_sweeping())
         self.run(self.service.retention.stop())
+        self.run(self.service.searcher.stop())  # searches read sessions directly, never a stale index
         self.service.changes.stop_rechecks()
         self.run(asyncio.sleep(0))  # the cancelled task ends
 

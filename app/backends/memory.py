@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed, SeedLog, Tip, Usage
+from app.backends.base import ChangeListener, IdempotencyRecord, Readiness, Remember, Seed, SeedLog, Tip, Usage
 from app.backends.catalog import Catalog, LiveSession
-from app.backends.errors import AlreadyRemembered, StaleHead
+from app.backends.errors import IdempotencyKeyTaken, StaleHead
 from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
 from app.backends.usage import catalog_log_bytes, catalog_usage
 from app.domain.errors import SessionAlreadyExists
@@ -49,18 +49,18 @@ class IdempotencyRecords:
     """Idempotency records by (tenant, key), in memory."""
 
     def __init__(self) -> None:
-        self._records: dict[tuple[str, str], Remembered] = {}
+        self._records: dict[tuple[str, str], IdempotencyRecord] = {}
 
-    def get(self, tenant: str, key: str) -> Remembered | None:
+    def get(self, tenant: str, key: str) -> IdempotencyRecord | None:
         return self._records.get((tenant, key))
 
-    def check_free(self, records: Iterable[Remembered]) -> None:
-        """AlreadyRemembered if any of ``records``' keys is kept already (then none of them may be kept)."""
+    def check_free(self, records: Iterable[IdempotencyRecord]) -> None:
+        """IdempotencyKeyTaken if any of ``records``' keys is kept already (then none of them may be kept)."""
         for record in records:
             if (record.tenant, record.key) in self._records:
-                raise AlreadyRemembered(f"the Idempotency-Key {record.key!r} was used already")
+                raise IdempotencyKeyTaken(f"the Idempotency-Key {record.key!r} was used already")
 
-    def add(self, records: Iterable[Remembered]) -> None:
+    def add(self, records: Iterable[IdempotencyRecord]) -> None:
         for record in records:
             self._records[(record.tenant, record.key)] = record
 
@@ -68,7 +68,7 @@ class IdempotencyRecords:
         for slot in [slot for slot, record in self._records.items() if record.created_at < before]:
             del self._records[slot]
 
-    def __iter__(self) -> Iterator[Remembered]:
+    def __iter__(self) -> Iterator[IdempotencyRecord]:
         return iter(list(self._records.values()))
 
 
@@ -147,7 +147,7 @@ class MemoryBackend:
         self.remembered.add(records)
         return live.view()
 
-    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[Remembered] = ()) -> None:
+    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[IdempotencyRecord] = ()) -> None:
         live = self.catalog.get(key)
         if live is None:
             raise StaleHead(f'session "{key.id}" is no longer live')
@@ -171,7 +171,7 @@ class MemoryBackend:
     async def tenants(self) -> list[str]:
         return self.catalog.tenants()
 
-    async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
+    async def recall(self, tenant: str, idempotency_key: str) -> IdempotencyRecord | None:
         return self.remembered.get(tenant, idempotency_key)
 
     async def forget(self, before: int) -> None:

@@ -26,11 +26,11 @@ __all__ = [
     "KEEP_MS",
     "NO_ANSWERS",
     "Answer",
-    "Change",
     "ChangeAnswers",
     "IdempotencyGate",
     "IdempotentChange",
     "IdempotentRequest",
+    "Operation",
 ]
 
 logger = logging.getLogger("forklog.service")
@@ -127,7 +127,7 @@ class _NoAnswers:
 NO_ANSWERS: ChangeAnswers = _NoAnswers()
 
 # A create, append or fork, given the idempotent change it keeps its record with (None: a request without a key).
-Change = Callable[[IdempotentChange | None], Awaitable[Session | Appended]]
+Operation = Callable[[IdempotentChange | None], Awaitable[Session | Appended]]
 
 
 class IdempotencyGate:
@@ -143,11 +143,11 @@ class IdempotencyGate:
         self._running: set[tuple[str, str]] = set()
         self._sweeper: asyncio.Task[None] | None = None
 
-    async def run(self, request: IdempotentRequest | None, change: Change) -> tuple[Answer, bool]:
-        """The answer of ``change``, run once (with a key, the answer kept with it), or the kept answer of an earlier
+    async def run(self, request: IdempotentRequest | None, operation: Operation) -> tuple[Answer, bool]:
+        """The answer of ``operation``, run once (with a key, the answer kept with it), or the kept answer of an earlier
         request with the same key; the flag says which (True: replayed)."""
         if request is None:
-            return self._answer_to(await change(None)), False
+            return self._answer_to(await operation(None)), False
         slot = (request.tenant, request.key)
         if slot in self._running:
             raise IdempotencyKeyInProgress()
@@ -158,7 +158,7 @@ class IdempotencyGate:
                 return _replay(kept, request), True
             running = IdempotentChange(request, self._answers, self._now)
             try:
-                made = await change(running)
+                made = await operation(running)
             except IdempotencyKeyTaken:
                 # Another process ran a request with this key meanwhile and kept its answer first.
                 kept = await self._backend.recall(request.tenant, request.key)

@@ -33,11 +33,11 @@ from app.service.forks import Forks, Snapshot
 from app.service.idempotency import (
     NO_ANSWERS,
     Answer,
-    Change,
     ChangeAnswers,
     IdempotencyGate,
     IdempotentChange,
     IdempotentRequest,
+    Operation,
 )
 from app.service.locks import KeyedLocks
 from app.service.observer import NO_SESSION_OBSERVER, SessionObserver
@@ -185,12 +185,12 @@ class SessionService:
         if self.lifecycle is not Lifecycle.READY:
             raise NotReady()
 
-    async def idempotently(self, request: IdempotentRequest | None, change: Change) -> tuple[Answer, bool]:
+    async def idempotently(self, request: IdempotentRequest | None, operation: Operation) -> tuple[Answer, bool]:
         """Run a create, append or fork at most once per ``Idempotency-Key`` (spec 8): its answer (with a key, the
         one kept with it), or the answer kept for an earlier request with the key (then True). Readiness is checked
         first, the key's state next."""
         self._require_ready()
-        answer, replayed = await self.idempotency.run(request, change)
+        answer, replayed = await self.idempotency.run(request, operation)
         if replayed and request is not None:
             self.observer.replayed(request.tenant)
         return answer, replayed

@@ -53,15 +53,15 @@ class Forks:
         changes: ChangeFeed,
         observer: SessionObserver,
     ) -> None:
-        self.backend = backend
+        self._backend = backend
         self._require_ready = require_ready
         self._locks = locks
-        self.quotas = quotas
+        self._quotas = quotas
         self._clock = clock
         self._new_id = new_id
         self._new_instance = new_instance
-        self.changes = changes
-        self.observer = observer
+        self._changes = changes
+        self._observer = observer
 
     async def snapshot(
         self,
@@ -72,11 +72,11 @@ class Forks:
         expected_seq: int | None = None,
     ) -> Snapshot:
         self._require_ready()
-        source = await find_live(self.backend, key, SessionForkError)
+        source = await find_live(self._backend, key, SessionForkError)
         check_live(source, instance, expected_seq, error=SessionForkError)
-        count = await seed_length_at(self.backend, source, at_seq)
+        count = await seed_length_at(self._backend, source, at_seq)
         try:
-            seed = self.backend.chunks(key, source.header.instance, count)
+            seed = self._backend.chunks(key, source.header.instance, count)
         except StaleHead:
             raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found') from None
         return Snapshot(source, seed, fork_lineage(source, count))
@@ -106,8 +106,8 @@ class Forks:
         made = await self._locks.run(
             child, lambda: self._fork(key, child, boundary, events or (), breaks, instance, expected_seq, change)
         )
-        self.changes.changed(child)
-        self.observer.forked(key.tenant)
+        self._changes.changed(child)
+        self._observer.forked(key.tenant)
         return made
 
     async def _fork(
@@ -121,36 +121,36 @@ class Forks:
         expected_seq: int | None,
         change: IdempotentChange | None,
     ) -> Session:
-        if await self.backend.find(child) is not None:
+        if await self._backend.find(child) is not None:
             raise SessionAlreadyExists(child.id)
-        source = await find_live(self.backend, key, SessionForkError)
+        source = await find_live(self._backend, key, SessionForkError)
         check_live(source, instance, expected_seq, error=SessionForkError)
         if boundary.turn == 0:
             count = 0
         else:
             at_seq = boundary.seq
             if boundary.turn is not None:
-                at_seq = await turn_end_of(self.backend, source, boundary.turn)
+                at_seq = await turn_end_of(self._backend, source, boundary.turn)
             elif boundary.message_id is not None:
-                at_seq = await message_turn_end(self.backend, source, boundary.message_id)
-            count = await seed_length_at(self.backend, source, at_seq)
+                at_seq = await message_turn_end(self._backend, source, boundary.message_id)
+            count = await seed_length_at(self._backend, source, at_seq)
         lineage = lineage_attrs(fork_lineage(source, count))
         seed = SeedPrefix(key, source.header.instance, count, then=events, now=self._clock(), breaks=breaks)
         instance = self._new_instance()
         remember = change.created if change is not None else None
 
         def make() -> Awaitable[Session]:
-            return self.backend.create(child, instance, lineage, seed, remember)
+            return self._backend.create(child, instance, lineage, seed, remember)
 
         try:
-            if self.quotas is None or not isinstance(self.backend, CountsLocally):
+            if self._quotas is None or not isinstance(self._backend, CountsLocally):
                 return await make()
-            body = self.backend.log_bytes(key, count)  # a fork counts its whole log, shared or not
+            body = self._backend.log_bytes(key, count)  # a fork counts its whole log, shared or not
             # Its new events' lines are not encoded yet: their JSON plus room for the seq and time they get, a
             # bound from above (what the child really holds is counted once it is made).
             body += sum(map(_line_bound, events))
             size = header_bytes(SessionHeader(child.id, self._clock(), instance, **lineage)) + body
-            return await self.quotas.charged(
+            return await self._quotas.charged(
                 child.tenant, 1, size, make, lambda made: header_bytes(made.header) + made.head.body_bytes
             )
         except StaleHead:

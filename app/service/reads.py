@@ -77,16 +77,16 @@ class SessionReads:
         searcher: Searcher,
         observer: SessionObserver,
     ) -> None:
-        self.backend = backend
+        self._backend = backend
         self._require_ready = require_ready
-        self.changes = changes
-        self.retention = retention
-        self.searcher = searcher
-        self.observer = observer
+        self._changes = changes
+        self._retention = retention
+        self._searcher = searcher
+        self._observer = observer
 
     async def get(self, key: SessionKey) -> Session:
         self._require_ready()
-        return await find_live(self.backend, key)
+        return await find_live(self._backend, key)
 
     async def page(
         self,
@@ -101,10 +101,10 @@ class SessionReads:
         """Up to ``limit`` sessions in the query's order after ``after`` (with ``q``, those that match it, each with
         its match), and the key to continue from (None at the end)."""
         self._require_ready()
-        cutoff = self.retention.cutoff(tenant)  # expired sessions never show, even before they are deleted
+        cutoff = self._retention.cutoff(tenant)  # expired sessions never show, even before they are deleted
         found: list[tuple[Session, Match | None]]
         if q is not None:
-            matched = await self.searcher.search(tenant, q, parent=parent, after=after, limit=limit + 1, query=query)
+            matched = await self._searcher.search(tenant, q, parent=parent, after=after, limit=limit + 1, query=query)
             found = list(matched)
             if cutoff is not None:
                 # What the search found beyond its expired sessions is still in order: its next page starts after
@@ -115,7 +115,7 @@ class SessionReads:
                 return kept[:limit], query.key_of(found[limit - 1][0])
         else:
             sessions = await visible_page(
-                self.backend, tenant, parent=parent, after=after, limit=limit + 1, cutoff=cutoff, query=query
+                self._backend, tenant, parent=parent, after=after, limit=limit + 1, cutoff=cutoff, query=query
             )
             found = [(session, None) for session in sessions]
         if len(found) <= limit:
@@ -131,23 +131,23 @@ class SessionReads:
         self._require_ready()
         deadline = asyncio.get_running_loop().time() + wait_ms / 1000
         while True:
-            ticket = self.changes.ticket(key)
-            session = await find_live(self.backend, key)
+            ticket = self._changes.ticket(key)
+            session = await find_live(self._backend, key)
             count = session.head.count
             left = deadline - asyncio.get_running_loop().time()
-            if start < count or left <= 0 or self.changes.closed or not allowed():
+            if start < count or left <= 0 or self._changes.closed or not allowed():
                 break
             await ticket.wait(left)
-        lines = await self.backend.read(key, start, min(count, start + limit)) if start < count else b""
+        lines = await self._backend.read(key, start, min(count, start + limit)) if start < count else b""
         return lines, count
 
     async def history(self, key: SessionKey, at_seq: int | None) -> tuple[list[Any], int]:
         """The model history, now or at the ``turn/end`` ``at_seq``; and the log's length."""
         self._require_ready()
-        session = await find_live(self.backend, key)
+        session = await find_live(self._backend, key)
         if at_seq is not None:
-            await seed_length_at(self.backend, session, at_seq)
-        return await self.backend.history(key, at_seq), session.head.count
+            await seed_length_at(self._backend, session, at_seq)
+        return await self._backend.history(key, at_seq), session.head.count
 
     async def tail(
         self,
@@ -164,7 +164,7 @@ class SessionReads:
         handed on, and at a wake-up with nothing to send (whoever can end the right wakes every tail,
         ``changes.wake_everyone``). Refusals come before the first item, when this is called."""
         self._require_ready()
-        session = await find_live(self.backend, key)
+        session = await find_live(self._backend, key)
         if instance is not None and instance != session.header.instance:
             raise SessionError(
                 ErrorCode.SESSION_NOT_LIVE,
@@ -184,12 +184,12 @@ class SessionReads:
     async def _follow(
         self, key: SessionKey, instance: str, position: int, allowed: Callable[[], bool]
     ) -> AsyncIterator[TailEvents | Deleted]:
-        self.observer.streams(key.tenant, 1)
+        self._observer.streams(key.tenant, 1)
         try:
             async for item in self._follow_from(key, instance, position, allowed):
                 yield item
         finally:
-            self.observer.streams(key.tenant, -1)
+            self._observer.streams(key.tenant, -1)
 
     async def _follow_from(
         self, key: SessionKey, instance: str, position: int, allowed: Callable[[], bool]
@@ -197,9 +197,9 @@ class SessionReads:
         # One ticket per look at the session: taken before the look, it wakes the tail for any change the look
         # missed, whether the look found events to send or not.
         while True:
-            ticket = self.changes.ticket(key)
+            ticket = self._changes.ticket(key)
             try:
-                session = await self.backend.find(key)
+                session = await self._backend.find(key)
             except SessionCorrupt:
                 session = None
             if session is None or session.header.instance != instance:
@@ -209,7 +209,7 @@ class SessionReads:
             count = session.head.count
             asked = False
             while position < count:
-                lines = await self.backend.read(key, position, min(count, position + TAIL_BATCH))
+                lines = await self._backend.read(key, position, min(count, position + TAIL_BATCH))
                 if not lines:
                     break
                 # Asked after the read: an event stored after the reader lost its right is never handed on.
@@ -218,7 +218,7 @@ class SessionReads:
                 asked = True
                 yield TailEvents(position, lines)
                 position += lines.count(b"\n")
-            if self.changes.closed:
+            if self._changes.closed:
                 return
             # A wake-up with nothing to send asks too: whatever ends a reader's right wakes every tail to ask.
             if not asked and not allowed():
@@ -229,15 +229,15 @@ class SessionReads:
         """The session's ancestors while each parent is live (a cycle stops before an id already listed), the first
         parent that is not live, and its children in list order (spec 7)."""
         self._require_ready()
-        session = await find_live(self.backend, key)
+        session = await find_live(self._backend, key)
         ancestors: list[Session] = []
         seen = {key.id}
         missing: str | None = None
         parent = session.header.parent_session
-        cutoff = self.retention.cutoff(key.tenant)
+        cutoff = self._retention.cutoff(key.tenant)
         while parent is not None and parent not in seen:
             try:
-                found = await self.backend.find(SessionKey(key.tenant, parent))
+                found = await self._backend.find(SessionKey(key.tenant, parent))
             except SessionCorrupt:
                 found = None
             if found is None or is_expired(found, cutoff):
@@ -247,6 +247,6 @@ class SessionReads:
             seen.add(parent)
             parent = found.header.parent_session
         children = await visible_page(
-            self.backend, key.tenant, parent=key.id, after=None, limit=LINEAGE_CHILDREN, cutoff=cutoff
+            self._backend, key.tenant, parent=key.id, after=None, limit=LINEAGE_CHILDREN, cutoff=cutoff
         )
         return Lineage(ancestors, children, missing)

@@ -5,6 +5,11 @@ transaction or sync round: never one without the other), so a retry with the sam
 that answer again, across restarts and processes. The same key with another request is refused; so is a retry while
 the first still runs. A request that failed is not kept: its retry runs. Records are kept at least 24 hours, then
 swept.
+
+Create, append and fork run alike: :class:`IdempotencyGate` runs the operation once, giving it one
+:class:`IdempotentChange` (None without a key) that makes the record, and with it the answer, when the backend
+writes the change; the request gets that answer. How a change reads as an answer (:class:`ChangeAnswers`, the API's
+wire format) is given to the service when it is built.
 """
 
 from __future__ import annotations

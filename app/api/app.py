@@ -16,6 +16,7 @@ from app.api.auth import Authenticator
 from app.api.cors import Cors
 from app.api.encoded_slash import EncodedSlashGuard
 from app.api.exposure import check_exposure
+from app.api.idempotency import WIRE_ANSWERS
 from app.api.keys_file import KeysFile
 from app.api.keys_in_force import KeysInForce
 from app.api.loopback import LoopbackGuard
@@ -86,6 +87,7 @@ def create_app(
         observer=metrics or NO_SESSION_OBSERVER,
         tenant_limits=tenant_limits,
         search_index=search_index,
+        answers=WIRE_ANSWERS,
     )
     # A reload wakes every stream and long-poll, so that those of a removed key end (app.api.keys_in_force).
     keys = KeysInForce(keys_file, on_change=service.changes.wake_everyone) if keys_file is not None else None

@@ -1,7 +1,8 @@
 """The ``Idempotency-Key`` header (spec 8): checked as request syntax, and the request it names fingerprinted.
 
 A retry is the same request when its method, path and body bytes are the same: the fingerprint is a SHA-256 of the
-three. The answer of a replay carries ``Idempotent-Replayed: true``.
+three. The service keeps a change's answer as :data:`WIRE_ANSWERS` makes it; the answer of a replay carries
+``Idempotent-Replayed: true``.
 """
 
 from __future__ import annotations
@@ -13,13 +14,30 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from app.api.problems import invalid_request
-from app.service.idempotency import Answer, IdempotentRequest
+from app.api.wire import appended_answer, created_answer
+from app.domain.session import Session
+from app.service.idempotency import Answer, ChangeAnswers, IdempotentRequest
+from app.service.sessions import Appended
 
-__all__ = ["HEADER", "REPLAYED", "answer_response", "idempotent_request"]
+__all__ = ["HEADER", "REPLAYED", "WIRE_ANSWERS", "answer_response", "idempotent_request"]
 
 HEADER = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"
 _VISIBLE_ASCII = re.compile(r"[!-~]{1,255}")
+
+
+class _WireAnswers:
+    """The answers of the changes as this API sends them (:mod:`app.api.wire`)."""
+
+    def created(self, session: Session) -> Answer:
+        return created_answer(session)
+
+    def appended(self, appended: Appended) -> Answer:
+        return appended_answer(appended)
+
+
+# Given to the service when it is built (app.api.app): the answer it keeps with a change is the one it returns.
+WIRE_ANSWERS: ChangeAnswers = _WireAnswers()
 
 
 def idempotent_request(request: Request, tenant: str, body: bytes) -> IdempotentRequest | None:

@@ -34,7 +34,6 @@ __all__ = [
     "LimitsOf",
     "Readiness",
     "Remember",
-    "Remembered",
     "Seed",
     "SeedLog",
     "SeedPrefix",
@@ -126,9 +125,6 @@ class IdempotencyRecord:
     end_seq: int
 
 
-# The former name of IdempotencyRecord, kept while code written against it (in branches not merged yet) uses it.
-Remembered = IdempotencyRecord
-
 # Builds a create's (or fork's) record from the session it made (whose createdAt the backend assigns).
 Remember = Callable[[Session], IdempotencyRecord]
 
@@ -189,13 +185,13 @@ class Backend(Protocol):
         """Make a new live session; the backend assigns ``createdAt``. ``lineage`` holds
         :class:`~app.domain.session.SessionHeader` fields by attribute name. Raises
         :class:`~app.domain.errors.SessionAlreadyExists` if the id is live, ``SessionCorrupt`` if it is damaged. With
-        ``remember``, its record is kept with the session (:class:`~app.backends.errors.AlreadyRemembered` if that
+        ``remember``, its record is kept with the session (:class:`~app.backends.errors.IdempotencyKeyTaken` if that
         tenant's key is kept already; then nothing is made)."""
 
     async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[IdempotencyRecord] = ()) -> None:
         """Store a checked batch after the log's last event, atomically (all of it, or none); ``staged.base_count``
         must be the log's length, else :class:`~app.backends.errors.StaleHead`. The ``remember`` records are kept
-        with it (``AlreadyRemembered`` refuses the whole batch)."""
+        with it (``IdempotencyKeyTaken`` refuses the whole batch)."""
 
     async def delete(self, key: SessionKey) -> None:
         """Remove the live session; a session forked from it keeps its events."""

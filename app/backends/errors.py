@@ -13,7 +13,7 @@ these in one place: :mod:`app.backends.files.disk_errors` and :mod:`app.backends
 
     StorageConflict              (not a ForklogError: never an answer) a change lost a race on a shared store
     ├── StaleHead                an append was staged on a head another process has moved since: stage it again
-    └── AlreadyRemembered        an idempotent change's key was kept already: answer from the kept record
+    └── IdempotencyKeyTaken      another change kept its record under the Idempotency-Key first: answer from it
 
 A create or fork that finds its id taken raises the domain's
 :class:`~app.domain.errors.SessionAlreadyExists`, the one class of SESSION_ALREADY_EXISTS, wherever it is found.
@@ -29,9 +29,9 @@ from app.domain.errors import ErrorCode, ForklogError
 
 __all__ = [
     "Access",
-    "AlreadyRemembered",
     "ChangeRefused",
     "DataDirLocked",
+    "IdempotencyKeyTaken",
     "OutcomeUnknown",
     "ReadFailed",
     "SessionCorrupt",
@@ -124,5 +124,7 @@ class StaleHead(StorageConflict):
     """The session's head moved (another process appended) since the batch was staged: stage it again."""
 
 
-class AlreadyRemembered(StorageConflict):
-    """An idempotent change found its key kept already: nothing was done; recall the record and answer with it."""
+class IdempotencyKeyTaken(StorageConflict):
+    """Another change (of another process, or of the same batch's earlier round) kept its record under this
+    tenant's Idempotency-Key first: nothing was done; recall the record and answer with it, or, while it is not
+    there yet, IDEMPOTENCY_KEY_IN_PROGRESS (:class:`~app.service.errors.IdempotencyKeyInProgress`)."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from app.backends.base import ChangeListener, Readiness, Remember, Remembered, Seed
+from app.backends.base import ChangeListener, IdempotencyRecord, Readiness, Remember, Seed
 from app.backends.catalog import Catalog, LiveSession
 from app.backends.catalog_reads import CatalogReads, starting_log
-from app.backends.errors import AlreadyRemembered
+from app.backends.errors import IdempotencyKeyTaken
 from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
 from app.domain.errors import SessionAlreadyExists
 from app.domain.log import SessionLog, StagedEvents
@@ -25,18 +25,18 @@ class IdempotencyRecords:
     """Idempotency records by (tenant, key), in memory."""
 
     def __init__(self) -> None:
-        self._records: dict[tuple[str, str], Remembered] = {}
+        self._records: dict[tuple[str, str], IdempotencyRecord] = {}
 
-    def get(self, tenant: str, key: str) -> Remembered | None:
+    def get(self, tenant: str, key: str) -> IdempotencyRecord | None:
         return self._records.get((tenant, key))
 
-    def check_free(self, records: Iterable[Remembered]) -> None:
-        """AlreadyRemembered if any of ``records``' keys is kept already (then none of them may be kept)."""
+    def check_free(self, records: Iterable[IdempotencyRecord]) -> None:
+        """IdempotencyKeyTaken if any of ``records``' keys is kept already (then none of them may be kept)."""
         for record in records:
             if (record.tenant, record.key) in self._records:
-                raise AlreadyRemembered(f"the Idempotency-Key {record.key!r} was used already")
+                raise IdempotencyKeyTaken(f"the Idempotency-Key {record.key!r} was used already")
 
-    def add(self, records: Iterable[Remembered]) -> None:
+    def add(self, records: Iterable[IdempotencyRecord]) -> None:
         for record in records:
             self._records[(record.tenant, record.key)] = record
 
@@ -44,7 +44,7 @@ class IdempotencyRecords:
         for slot in [slot for slot, record in self._records.items() if record.created_at < before]:
             del self._records[slot]
 
-    def __iter__(self) -> Iterator[Remembered]:
+    def __iter__(self) -> Iterator[IdempotencyRecord]:
         return iter(list(self._records.values()))
 
 
@@ -83,7 +83,7 @@ class MemoryBackend(CatalogReads):
         self.remembered.add(records)
         return live.view()
 
-    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[Remembered] = ()) -> None:
+    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[IdempotencyRecord] = ()) -> None:
         live = self.catalog.staged_on(key, staged.base_count)
         self.remembered.check_free(remember)
         live.log.commit(staged)
@@ -100,7 +100,7 @@ class MemoryBackend(CatalogReads):
         self.catalog.add(live)
         return live.view()
 
-    async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
+    async def recall(self, tenant: str, idempotency_key: str) -> IdempotencyRecord | None:
         return self.remembered.get(tenant, idempotency_key)
 
     async def forget(self, before: int) -> None:

@@ -1,6 +1,6 @@
 """Appends to one session that arrive while its previous batch is being written wait together and become its next
 batch: checked one after another (each as if the ones before it were in the log), written and synced once, each
-answered on its own.
+answered on its own (:class:`AppendQueue` collects them, :class:`BatchWriter` checks and writes a batch).
 
 Each batch takes the session's lock like any other operation, one batch at a time, so a delete or a fork waiting
 there goes between two batches: a stream of appends cannot starve it.
@@ -14,13 +14,32 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from app.backends.base import IdempotencyRecord
-from app.domain.session import SessionKey
+from app.backends.base import Backend, IdempotencyRecord, Tip
+from app.backends.errors import IdempotencyKeyTaken, StaleHead
+from app.domain.errors import ErrorCode, EventRejected, SessionError
+from app.domain.log import StagedEvents, join_staged, replace_targets, stage
+from app.domain.session import Session, SessionKey, check_live, head_of
+from app.service.changes import ChangeFeed
+from app.service.errors import invalid_event
 from app.service.locks import KeyedLocks
+from app.service.observer import SessionObserver
+from app.service.quotas import QuotaLedger, Reservation
 
-__all__ = ["AppendQueue", "WaitingAppend"]
+__all__ = ["STALE_RETRIES", "AppendQueue", "Appended", "BatchWriter", "WaitingAppend"]
 
 R = TypeVar("R")
+
+# How often an append is checked again after another process moved the session's head under it.
+STALE_RETRIES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """An append's answer: the stored events (as values and as their JSONL lines) and the session right after."""
+
+    events: list[dict[str, Any]]
+    lines: bytes
+    session: Session
 
 
 @dataclass(slots=True)
@@ -119,3 +138,161 @@ class AppendQueue(Generic[R]):
                 self._start_drainer(key)
             else:
                 self._waiting.pop(key, None)
+
+
+class BatchWriter:
+    """Checks a session's batch of appends on its tip and writes those accepted in one change (under the session's
+    lock: the queue hands it over). A shared store may move the head meanwhile: the batch is then checked again."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        quotas: QuotaLedger | None,
+        clock: Callable[[], int],
+        changes: ChangeFeed,
+        observer: SessionObserver,
+    ) -> None:
+        self._backend = backend
+        self._quotas = quotas
+        self._clock = clock
+        self._changes = changes
+        self._observer = observer
+
+    async def write(self, key: SessionKey, batch: list[WaitingAppend[Appended]]) -> None:
+        if self._quotas is None:
+            await self._rounds(key, batch, [])
+            return
+        await self._quotas.enter(key.tenant)
+        reservations: list[Reservation] = []
+        try:
+            await self._rounds(key, batch, reservations)
+        finally:
+            for reservation in reservations:  # those of a round that did not commit
+                self._quotas.release(reservation)
+            self._quotas.leave(key.tenant)
+
+    async def _rounds(
+        self, key: SessionKey, batch: list[WaitingAppend[Appended]], reservations: list[Reservation]
+    ) -> None:
+        """Check and write the batch, again while another process moves the head under it; each accepted append
+        reserves its bytes (in ``reservations``) until it is written or refused."""
+        wanted = replace_targets(*(waiting.events for waiting in batch))
+        refresh = False
+        current = 0
+        for _ in range(STALE_RETRIES):
+            tip = await self._backend.tip(key, wanted, refresh=refresh)
+            if tip is None:
+                missing = SessionError(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found')
+                for waiting in batch:
+                    waiting.fail(missing)
+                return
+            current = tip.session.head.count
+            for reservation in reservations:  # a round that went again gives its reservations back
+                self._release(reservation)
+            reservations.clear()
+            accepted, refused, combined = self._check(tip, batch, reservations)
+            if refused and tip.may_be_stale and not refresh:
+                refresh = True  # a refusal is only answered once it holds on a fresh tip
+                continue
+            for waiting, refusal in refused:
+                waiting.fail(refusal)
+            if combined is None:
+                return
+            answers = [
+                (waiting, Appended(staged.events, staged.lines, _after(tip.session, staged)))
+                for waiting, staged in accepted
+            ]
+            records = [waiting.record(answer) for waiting, answer in answers if waiting.record is not None]
+            try:
+                await self._backend.append(key, combined, records)
+            except StaleHead:
+                refresh = True
+                batch = [waiting for waiting, _ in accepted]
+                continue
+            except IdempotencyKeyTaken:
+                # Another process kept one of these keys meanwhile: its request answers from the record, the others
+                # go again.
+                refresh = True
+                batch = await self._without_kept_keys([waiting for waiting, _ in accepted])
+                continue
+            except SessionError as refusal:
+                if refusal.code is ErrorCode.QUOTA_EXCEEDED and len(accepted) > 1:
+                    # A shared store refused the batch as a whole (spec 14): each append goes alone, so that
+                    # those that fit are stored.
+                    for waiting, _ in accepted:
+                        await self._rounds(key, [waiting], reservations)
+                    return
+                for waiting, _ in accepted:
+                    waiting.fail(refusal)
+                return
+            except Exception as failed:
+                for waiting, _ in accepted:
+                    waiting.fail(failed)
+                return
+            for reservation in reservations:
+                self._commit(reservation)
+            reservations.clear()
+            for waiting, answer in answers:
+                waiting.succeed(answer)
+            self._changes.changed(key)
+            self._observer.appended(key.tenant, len(combined.events), len(combined.lines))
+            return
+        # SEQ_CONFLICT always says where the log stood (spec 3): here, at the last look.
+        busy = SessionError(
+            ErrorCode.SEQ_CONFLICT, f'session "{key.id}" kept moving under the append; retry', currentSeq=current
+        )
+        for waiting in batch:
+            waiting.fail(busy)
+
+    async def _without_kept_keys(self, batch: list[WaitingAppend[Appended]]) -> list[WaitingAppend[Appended]]:
+        remaining = []
+        for waiting in batch:
+            if waiting.claimed is not None and await self._backend.recall(*waiting.claimed) is not None:
+                waiting.fail(IdempotencyKeyTaken("the Idempotency-Key was kept by another process meanwhile"))
+            else:
+                remaining.append(waiting)
+        return remaining
+
+    def _release(self, reservation: Reservation) -> None:
+        if self._quotas is not None:
+            self._quotas.release(reservation)
+
+    def _commit(self, reservation: Reservation) -> None:
+        if self._quotas is not None:
+            self._quotas.commit(reservation, reservation.sessions, reservation.bytes)
+
+    def _check(
+        self, tip: Tip, batch: list[WaitingAppend[Appended]], reservations: list[Reservation]
+    ) -> tuple[
+        list[tuple[WaitingAppend[Appended], StagedEvents]],
+        list[tuple[WaitingAppend[Appended], SessionError]],
+        StagedEvents | None,
+    ]:
+        """Each append of the batch checked as if the ones accepted before it were in the log: those accepted
+        (with their staged events), those refused (with the refusal), and the accepted ones joined."""
+        accepted: list[tuple[WaitingAppend[Appended], StagedEvents]] = []
+        refused: list[tuple[WaitingAppend[Appended], SessionError]] = []
+        combined: StagedEvents | None = None
+        for waiting in batch:
+            try:
+                count = None if combined is None else combined.state.count
+                check_live(tip.session, waiting.instance, waiting.expected_seq, count=count)
+                staged = stage(
+                    tip.log, waiting.events, appended=True, now=self._clock(), breaks=waiting.breaks, after=combined
+                )
+                if self._quotas is not None:  # QUOTA_EXCEEDED refuses this append alone
+                    reservations.append(self._quotas.reserve(tip.session.key.tenant, 0, len(staged.lines)))
+            except EventRejected as rejected:
+                refused.append((waiting, invalid_event(rejected)))
+                continue
+            except SessionError as refusal:  # this append alone is refused; the others go on
+                refused.append((waiting, refusal))
+                continue
+            accepted.append((waiting, staged))
+            combined = staged if combined is None else join_staged(combined, staged)
+        return accepted, refused, combined
+
+
+def _after(session: Session, staged: StagedEvents) -> Session:
+    return Session(session.key, session.header, head_of(staged.state))

@@ -1,5 +1,5 @@
-"""A fork's boundary named by a turn number or by an assistant message (spec 12): found as the seq of its
-``turn/end``, then checked like an ``atSeq``.
+"""A fork's boundary: an ``atSeq`` checked by the boundary rule (spec 2.3), or one named by a turn number or by an
+assistant message (spec 12), found as the seq of its ``turn/end`` and then checked like an ``atSeq``.
 
 The log is read backwards a batch of events at a time through the storage seam, so every backend answers alike; a
 batch's lines are searched for the bytes the wanted events must hold (a fast scan) and only the lines found are
@@ -14,16 +14,26 @@ from typing import Any
 import orjson
 
 from app.backends.base import Backend
+from app.domain.boundary import seed_length
 from app.domain.errors import ErrorCode, SessionForkError
 from app.domain.jsonvalue import dumps
 from app.domain.session import Session
 
-__all__ = ["message_turn_end", "turn_end_of"]
+__all__ = ["message_turn_end", "seed_length_at", "turn_end_of"]
 
 # Events read per batch while looking for a boundary.
 BATCH_EVENTS = 2048
 
 _MESSAGE_TYPES = frozenset({"user/message", "assistant/message"})
+
+
+async def seed_length_at(backend: Backend, source: Session, at_seq: int | None) -> int:
+    """The boundary rule (spec 2.3) on ``source`` as it is: the length of the seed that ends at ``at_seq`` (the
+    whole log without it), or the refusal."""
+    at_turn_end = False
+    if at_seq is not None and 0 <= at_seq < source.head.count and at_seq != source.head.last_turn_end_seq:
+        at_turn_end = await backend.is_turn_end(source.key, at_seq)
+    return seed_length(source, at_seq, at_turn_end=at_turn_end)
 
 
 def _refused(source: Session, reason: str) -> SessionForkError:

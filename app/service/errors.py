@@ -6,9 +6,9 @@ ServiceError         (a ForklogError) the service cannot take the request now
 
 from __future__ import annotations
 
-from app.domain.errors import ErrorCode, ForklogError
+from app.domain.errors import ErrorCode, EventRejected, ForklogError, SessionError
 
-__all__ = ["IdempotencyKeyInProgress", "IdempotencyKeyReused", "NotReady", "ServiceError"]
+__all__ = ["IdempotencyKeyInProgress", "IdempotencyKeyReused", "NotReady", "ServiceError", "invalid_event"]
 
 
 class ServiceError(ForklogError):
@@ -40,3 +40,13 @@ class IdempotencyKeyReused(ServiceError):
 
     def __init__(self) -> None:
         super().__init__("this Idempotency-Key came with another method, path or body; use a new key for a new request")
+
+
+def invalid_event(rejected: EventRejected) -> SessionError:
+    """The INVALID_EVENT refusal of an append's or a fork's event that staging rejected."""
+    return SessionError(
+        ErrorCode.INVALID_EVENT,
+        f"event at index {rejected.index} is invalid: {rejected.reason}",
+        index=rejected.index,
+        reason=rejected.reason,
+    )

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from app.backends.base import Backend, IdempotencyRecord, SeedLog, SeedPrefix
-from app.backends.errors import AlreadyRemembered, StaleHead
+from app.backends.errors import IdempotencyKeyTaken, StaleHead
 from app.domain.clock import wall_clock_ms
 from app.domain.errors import SessionAlreadyExists
 from app.domain.ids import new_instance
@@ -466,13 +466,13 @@ async def test_a_kept_key_refuses_a_second_change_which_then_makes_nothing(backe
     await backend.create(
         key("t"), new_instance(), {}, SeedLog(seed_log([], now=NOW)), remember=lambda m: record("k", m, 0)
     )
-    with pytest.raises(AlreadyRemembered):
+    with pytest.raises(IdempotencyKeyTaken):
         await backend.create(
             key("u"), new_instance(), {}, SeedLog(seed_log([], now=NOW)), remember=lambda m: record("k", m, 0)
         )
     assert await backend.find(key("u")) is None
     batch = await staged(backend, "s", turn(2))
-    with pytest.raises(AlreadyRemembered):
+    with pytest.raises(IdempotencyKeyTaken):
         await backend.append(key("s"), batch, remember=[record("k", found, 8)])
     assert (await everything(backend, "s")).count(b"\n") == 8
 

@@ -42,7 +42,7 @@ def test_every_storage_error_answers_503() -> None:
 
 
 def test_a_lost_race_is_a_conflict_the_service_answers_not_a_code() -> None:
-    for conflict in (storage.StaleHead, storage.AlreadyRemembered):
+    for conflict in (storage.StaleHead, storage.IdempotencyKeyTaken):
         assert issubclass(conflict, storage.StorageConflict)
         assert not issubclass(conflict, ForklogError)
 

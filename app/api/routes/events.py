@@ -12,10 +12,9 @@ from app.api.requests import APPEND, READ_QUERY
 from app.api.route_table import RouteSpec
 from app.api.routing import body_of, json_response, key_of, new_router, service_of
 from app.api.schemas import AppendResponse, EventsPage
-from app.api.wire import appended_answer, json_array
+from app.api.wire import json_array
 from app.domain.access import Scope
 from app.domain.errors import ErrorCode
-from app.service.idempotency import Answer, Claim
 
 __all__ = ["APPEND_EVENTS", "READ_EVENTS", "router"]
 
@@ -47,18 +46,18 @@ async def append_events(request: Request) -> Response:
     members = APPEND.parse(body)
     service = service_of(request)
 
-    async def work(claim: Claim | None) -> Answer:
-        appended = await service.append(
+    answer, replayed = await service.idempotently(
+        idempotent_request(request, key.tenant, body.raw),
+        lambda change: service.append(
             key,
             members["events"],
             expected_seq=members["expectedSeq"],
             instance=members["instance"],
             breaks=body.element_breaks("events"),
-            remember=(claim, appended_answer) if claim is not None else None,
-        )
-        return appended_answer(appended)
-
-    return answer_response(*await service.idempotently(idempotent_request(request, key.tenant, body.raw), work))
+            change=change,
+        ),
+    )
+    return answer_response(answer, replayed)
 
 
 @router.declare(READ_EVENTS, EventsPage, summary="Read the log")

@@ -15,10 +15,9 @@ from app.api.requests import FORK, FORK_BOUNDARIES, SNAPSHOT
 from app.api.route_table import RouteSpec
 from app.api.routing import body_of, key_of, new_router, service_of
 from app.api.schemas import SessionOut, SnapshotOut
-from app.api.wire import created_answer, json_array_pieces, session_json
+from app.api.wire import json_array_pieces, session_json
 from app.domain.access import Scope
 from app.domain.errors import ErrorCode
-from app.service.idempotency import Answer, Claim
 
 __all__ = ["router"]
 
@@ -89,8 +88,9 @@ async def fork_session(request: Request) -> Response:
         raise invalid_request("atMessageId", "must be a message id, not empty")
     service = service_of(request)
 
-    async def work(claim: Claim | None) -> Answer:
-        child = await service.fork(
+    answer, replayed = await service.idempotently(
+        idempotent_request(request, key.tenant, body.raw),
+        lambda change: service.fork(
             key,
             child_id=members["sessionId"],
             at_seq=members["atSeq"],
@@ -100,8 +100,7 @@ async def fork_session(request: Request) -> Response:
             breaks=body.element_breaks("events"),
             instance=members["instance"],
             expected_seq=members["expectedSeq"],
-            remember=claim.for_session(created_answer) if claim is not None else None,
-        )
-        return created_answer(child)
-
-    return answer_response(*await service.idempotently(idempotent_request(request, key.tenant, body.raw), work))
+            change=change,
+        ),
+    )
+    return answer_response(answer, replayed)

@@ -14,18 +14,10 @@ from app.api.requests import CREATE, LIST_QUERY
 from app.api.route_table import RouteSpec
 from app.api.routing import body_of, json_response, key_of, new_router, service_of, tenant_of
 from app.api.schemas import SessionOut, SessionPage
-from app.api.wire import (
-    created_answer,
-    decode_cursor,
-    encode_cursor,
-    match_json,
-    session_json,
-    session_payload,
-)
+from app.api.wire import decode_cursor, encode_cursor, match_json, session_json, session_payload
 from app.domain.access import Scope
 from app.domain.errors import ErrorCode
 from app.domain.listing import PageRequest
-from app.service.idempotency import Answer, Claim
 
 __all__ = ["router"]
 
@@ -57,18 +49,18 @@ async def create_session(request: Request) -> Response:
     tenant = tenant_of(request)
     service = service_of(request)
 
-    async def work(claim: Claim | None) -> Answer:
-        session = await service.create(
+    answer, replayed = await service.idempotently(
+        idempotent_request(request, tenant, body.raw),
+        lambda change: service.create(
             tenant,
             members["id"],
             members["seed"],
             members["meta"],
             seed_breaks=body.element_breaks("seed"),
-            remember=claim.for_session(created_answer) if claim is not None else None,
-        )
-        return created_answer(session)
-
-    return answer_response(*await service.idempotently(idempotent_request(request, tenant, body.raw), work))
+            change=change,
+        ),
+    )
+    return answer_response(answer, replayed)
 
 
 @router.declare(

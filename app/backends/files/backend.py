@@ -23,9 +23,9 @@ from typing import Any
 from app.backends.base import (
     ChangeListener,
     CorruptEntry,
+    IdempotencyRecord,
     Readiness,
     Remember,
-    Remembered,
     Seed,
     SeedPrefix,
 )
@@ -195,7 +195,7 @@ class FileBackend(CatalogReads):
         self._opened = True
         checkpointer.start()
 
-    def _change_is_there(self, record: Remembered, digest: str | None) -> bool:
+    def _change_is_there(self, record: IdempotencyRecord, digest: str | None) -> bool:
         """Whether a record's change was made: its session, that incarnation, holding its events byte for byte."""
         live = self.catalog.get(SessionKey(record.tenant, record.session))
         if live is None or live.header.instance != record.instance or len(live.log) < record.end_seq:
@@ -266,7 +266,7 @@ class FileBackend(CatalogReads):
         key: SessionKey,
         header: SessionHeader,
         log: SessionLog,
-        records: list[tuple[Remembered, str | None]],
+        records: list[tuple[IdempotencyRecord, str | None]],
         copy_from: _BodyCopy | None = None,
     ) -> Session:
         placed = await self._write_records(records)
@@ -287,7 +287,7 @@ class FileBackend(CatalogReads):
             self._checkpointer.touch(live)
         return live.view()
 
-    async def _write_records(self, records: list[tuple[Remembered, str | None]]) -> list[Any]:
+    async def _write_records(self, records: list[tuple[IdempotencyRecord, str | None]]) -> list[Any]:
         """Write (and sync) idempotency records before their change: a change is never durable without its key."""
         if not records:
             return []
@@ -399,7 +399,7 @@ class FileBackend(CatalogReads):
 
     # -- append ----------------------------------------------------------------------------------------------------
 
-    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[Remembered] = ()) -> None:
+    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[IdempotencyRecord] = ()) -> None:
         live = self.catalog.staged_on(key, staged.base_count)
         self.remembered.check_free(remember)
         placed = await self._write_records([(record, _digest_of(staged, record)) for record in remember])
@@ -435,7 +435,7 @@ class FileBackend(CatalogReads):
 
     # -- idempotent retries (app/backends/files/idempotency_journal.py) ------------------------------------------------
 
-    async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
+    async def recall(self, tenant: str, idempotency_key: str) -> IdempotencyRecord | None:
         with disk_errors(Access.READ, "read an idempotency key"):
             return await asyncio.to_thread(self.remembered.recall, tenant, idempotency_key)
 
@@ -466,7 +466,7 @@ class FileBackend(CatalogReads):
             self._cuts.clear(space.index / f"{key.id}{CUT_SUFFIX}")
 
 
-def _digest_of(staged: StagedEvents, record: Remembered) -> str:
+def _digest_of(staged: StagedEvents, record: IdempotencyRecord) -> str:
     """The digest of the lines a record's append added (events first_seq .. end_seq - 1 of the batch)."""
     first, last = record.first_seq - staged.base_count, record.end_seq - staged.base_count
     start = staged.ends[first - 1] if first > 0 else 0

@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 
 from app.backends.base import IdempotencyRecord
-from app.backends.errors import AlreadyRemembered
+from app.backends.errors import IdempotencyKeyTaken
 from app.backends.files.fileops import FileKind, FileOps
 
 __all__ = ["JOURNAL_NAME", "IdempotencyJournal", "lines_digest"]
@@ -165,7 +165,7 @@ class IdempotencyJournal:
     def check_free(self, records: Iterable[IdempotencyRecord]) -> None:
         for record in records:
             if (record.tenant, record.key) in self._places:
-                raise AlreadyRemembered(f"the Idempotency-Key {record.key!r} was used already")
+                raise IdempotencyKeyTaken(f"the Idempotency-Key {record.key!r} was used already")
 
     def write(self, records: list[tuple[IdempotencyRecord, str | None]]) -> list[tuple[IdempotencyRecord, _Place]]:
         """Append the records to the file and sync it (before their change is written); where each lies. OSError

@@ -5,7 +5,7 @@ Nothing a request answers comes from this process's memory but what cannot go st
 (:mod:`~app.backends.postgres.tips`), is only a guess that the append's own statement confirms (it is conditional on
 the head: :class:`~app.backends.errors.StaleHead` otherwise). Changes are single statements or short transactions
 that commit before they return (synchronous commit); a taken id (``SessionAlreadyExists``), a kept idempotency key
-(``AlreadyRemembered``) or a moved head rolls the whole change back. Every statement runs in :meth:`_connection`,
+(``IdempotencyKeyTaken``) or a moved head rolls the whole change back. Every statement runs in :meth:`_connection`,
 where the driver's errors are translated (:mod:`~app.backends.postgres.errors`). Forks share their prefix
 (:mod:`~app.backends.postgres.chains`); deleted logs are reclaimed by a sweep (:mod:`~app.backends.postgres.sweep`).
 """
@@ -25,10 +25,10 @@ import orjson
 
 from app.backends.base import (
     ChangeListener,
+    IdempotencyRecord,
     LimitsOf,
     Readiness,
     Remember,
-    Remembered,
     Seed,
     SeedLog,
     SeedPrefix,
@@ -102,7 +102,7 @@ def _lineage_params(lineage: Mapping[str, Any]) -> list[Any]:
     ]
 
 
-def _remembered_params(record: Remembered) -> list[Any]:
+def _remembered_params(record: IdempotencyRecord) -> list[Any]:
     return [
         record.tenant,
         record.key,
@@ -561,7 +561,7 @@ class PostgresBackend:
         breaks = dict(seed.breaks) if seed.breaks else None
         return stage(StoredTip(state, events), seed.then, appended=True, now=seed.now, breaks=breaks)
 
-    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[Remembered] = ()) -> None:
+    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[IdempotencyRecord] = ()) -> None:
         cached = self._tips.get(key)
         if cached is None:
             # The tip this batch was staged on has left the cache: its log is unknown, so stage it again.
@@ -617,12 +617,12 @@ class PostgresBackend:
 
     # -- idempotent retries ------------------------------------------------------------------------------------------
 
-    async def recall(self, tenant: str, idempotency_key: str) -> Remembered | None:
+    async def recall(self, tenant: str, idempotency_key: str) -> IdempotencyRecord | None:
         async with self._connection(Access.READ) as conn:
             row = await conn.fetchrow(queries.RECALL, tenant, idempotency_key)
         if row is None:
             return None
-        return Remembered(
+        return IdempotencyRecord(
             tenant=tenant,
             key=idempotency_key,
             fingerprint=row["fingerprint"],

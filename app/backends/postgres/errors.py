@@ -5,7 +5,7 @@ Every statement a request runs is inside :func:`database_errors`. What it raises
 exception classes, never by a hand-picked list of conditions, so no error of the driver reaches a client as a 500:
 
 - a key of the idempotency table already kept (a unique violation of its primary key):
-  :class:`~app.backends.errors.AlreadyRemembered`, which the service answers from the kept record;
+  :class:`~app.backends.errors.IdempotencyKeyTaken`, which the service answers from the kept record;
 - a read, whatever went wrong: :class:`~app.backends.errors.ReadFailed` (nothing was changed);
 - a change that never reached the database (no connection could be taken) or that the server refused with an error
   (the transaction was rolled back: a constraint, a read-only standby, a serialization failure or deadlock, a full
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.backends.errors import Access, AlreadyRemembered, OutcomeUnknown, StorageUnavailable
+from app.backends.errors import Access, IdempotencyKeyTaken, OutcomeUnknown, StorageUnavailable
 
 __all__ = ["DRIVER_ERRORS", "Attempt", "database_errors", "server_lost", "translate"]
 
@@ -95,7 +95,7 @@ def _reason(exc: BaseException) -> str:
 def translate(exc: Exception, access: Access, *, sent: bool = True) -> Exception:
     """The storage layer's error for the driver's ``exc`` raised while a request did ``access``."""
     if isinstance(exc, asyncpg.UniqueViolationError) and getattr(exc, "constraint_name", None) == REMEMBERED_KEY:
-        return AlreadyRemembered("the Idempotency-Key was kept already")
+        return IdempotencyKeyTaken("the Idempotency-Key was kept already")
     reason = f"the database: {_reason(exc)}"
     if access is Access.CHANGE and sent and isinstance(exc, CONNECTION_LOST) and not isinstance(exc, NOT_SENT):
         return OutcomeUnknown(reason)

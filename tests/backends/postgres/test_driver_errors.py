@@ -12,8 +12,8 @@ import pytest
 
 from app.backends.errors import (
     Access,
-    AlreadyRemembered,
     ChangeRefused,
+    IdempotencyKeyTaken,
     OutcomeUnknown,
     ReadFailed,
     StorageError,
@@ -121,7 +121,7 @@ def test_a_kept_idempotency_key_is_a_conflict_the_service_answers() -> None:
 
     raised = _raised(violation, Access.CHANGE)
 
-    assert isinstance(raised, AlreadyRemembered)
+    assert isinstance(raised, IdempotencyKeyTaken)
 
 
 def test_the_storage_layers_own_errors_pass_through() -> None:

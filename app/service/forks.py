@@ -1,0 +1,180 @@
+"""The RFC's snapshot and fork (spec 2.3, 12): a source's log up to a turn boundary, handed out as a seed or made
+into a child session, with the child's new events after it in the same atomic step."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from app.backends.base import Backend, CountsLocally, SeedPrefix
+from app.backends.errors import StaleHead
+from app.domain.boundary import fork_lineage
+from app.domain.errors import ErrorCode, EventRejected, SessionAlreadyExists, SessionForkError
+from app.domain.ids import check_id
+from app.domain.session import Session, SessionHeader, SessionKey, check_live, lineage_attrs
+from app.service.boundaries import message_turn_end, seed_length_at, turn_end_of
+from app.service.changes import ChangeFeed
+from app.service.errors import invalid_event
+from app.service.idempotency import IdempotentChange
+from app.service.locks import KeyedLocks
+from app.service.observer import SessionObserver
+from app.service.quotas import QuotaLedger, header_bytes
+from app.service.reads import find_live
+
+__all__ = ["Forks", "Snapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The RFC's snapshot: the source as it was, its seed's JSONL lines (a piece at a time), the child's meta."""
+
+    source: Session
+    seed: AsyncIterator[bytes]
+    meta: dict[str, Any]
+
+
+class Forks:
+    """Snapshots and forks, each once the service is ready (``require_ready`` refuses with NOT_READY before); a
+    fork runs under its child's lock, like a create of that id."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        require_ready: Callable[[], None],
+        locks: KeyedLocks[SessionKey],
+        quotas: QuotaLedger | None,
+        clock: Callable[[], int],
+        new_id: Callable[[], str],
+        new_instance: Callable[[], str],
+        changes: ChangeFeed,
+        observer: SessionObserver,
+    ) -> None:
+        self._backend = backend
+        self._require_ready = require_ready
+        self._locks = locks
+        self._quotas = quotas
+        self._clock = clock
+        self._new_id = new_id
+        self._new_instance = new_instance
+        self._changes = changes
+        self._observer = observer
+
+    async def snapshot(
+        self,
+        key: SessionKey,
+        *,
+        at_seq: int | None = None,
+        instance: str | None = None,
+        expected_seq: int | None = None,
+    ) -> Snapshot:
+        self._require_ready()
+        source = await find_live(self._backend, key, SessionForkError)
+        check_live(source, instance, expected_seq, error=SessionForkError)
+        count = await seed_length_at(self._backend, source, at_seq)
+        try:
+            seed = self._backend.chunks(key, source.header.instance, count)
+        except StaleHead:
+            raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found') from None
+        return Snapshot(source, seed, fork_lineage(source, count))
+
+    async def fork(
+        self,
+        key: SessionKey,
+        *,
+        child_id: str | None = None,
+        at_seq: int | None = None,
+        at_turn: int | None = None,
+        at_message_id: str | None = None,
+        events: Sequence[Any] | None = None,
+        breaks: dict[int, str] | None = None,
+        instance: str | None = None,
+        expected_seq: int | None = None,
+        change: IdempotentChange | None = None,
+    ) -> Session:
+        """A child from the source's log at a boundary (``at_seq``, ``at_turn`` or ``at_message_id``: at most one),
+        with ``events`` appended after its seed in the same atomic step (spec 12); ``change`` keeps its idempotency
+        record with it."""
+        self._require_ready()
+        if child_id is not None:
+            check_id(child_id, "sessionId")
+        child = SessionKey(key.tenant, child_id if child_id is not None else self._new_id())
+        boundary = _Boundary(at_seq, at_turn, at_message_id)
+        made = await self._locks.run(
+            child, lambda: self._fork(key, child, boundary, events or (), breaks, instance, expected_seq, change)
+        )
+        self._changes.changed(child)
+        self._observer.forked(key.tenant)
+        return made
+
+    async def _fork(
+        self,
+        key: SessionKey,
+        child: SessionKey,
+        boundary: _Boundary,
+        events: Sequence[Any],
+        breaks: dict[int, str] | None,
+        instance: str | None,
+        expected_seq: int | None,
+        change: IdempotentChange | None,
+    ) -> Session:
+        if await self._backend.find(child) is not None:
+            raise SessionAlreadyExists(child.id)
+        source = await find_live(self._backend, key, SessionForkError)
+        check_live(source, instance, expected_seq, error=SessionForkError)
+        if boundary.turn == 0:
+            count = 0
+        else:
+            at_seq = boundary.seq
+            if boundary.turn is not None:
+                at_seq = await turn_end_of(self._backend, source, boundary.turn)
+            elif boundary.message_id is not None:
+                at_seq = await message_turn_end(self._backend, source, boundary.message_id)
+            count = await seed_length_at(self._backend, source, at_seq)
+        lineage = lineage_attrs(fork_lineage(source, count))
+        seed = SeedPrefix(key, source.header.instance, count, then=events, now=self._clock(), breaks=breaks)
+        instance = self._new_instance()
+        remember = change.created if change is not None else None
+
+        def make() -> Awaitable[Session]:
+            return self._backend.create(child, instance, lineage, seed, remember)
+
+        try:
+            if self._quotas is None or not isinstance(self._backend, CountsLocally):
+                return await make()
+            body = self._backend.log_bytes(key, count)  # a fork counts its whole log, shared or not
+            # Its new events' lines are not encoded yet: their JSON plus room for the seq and time they get, a
+            # bound from above (what the child really holds is counted once it is made).
+            body += sum(map(_line_bound, events))
+            size = header_bytes(SessionHeader(child.id, self._clock(), instance, **lineage)) + body
+            return await self._quotas.charged(
+                child.tenant, 1, size, make, lambda made: header_bytes(made.header) + made.head.body_bytes
+            )
+        except StaleHead:
+            raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found') from None
+        except EventRejected as rejected:
+            raise invalid_event(rejected) from None
+
+
+# Bytes a new event's line may gain when it is stored: its seq and time members, and the newline.
+_EVENT_STAMP_BYTES = 48
+
+
+def _line_bound(event: Any) -> int:
+    """At least the bytes ``event``'s stored line will take (before it is checked: it may not encode at all)."""
+    try:
+        return len(orjson.dumps(event)) + _EVENT_STAMP_BYTES
+    except TypeError:  # a value of the lossless parser orjson does not know: its text is as long
+        return len(str(event)) + _EVENT_STAMP_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class _Boundary:
+    """Where a fork's seed ends, as the request named it (at most one of them)."""
+
+    seq: int | None
+    turn: int | None
+    message_id: str | None

@@ -14,6 +14,7 @@ from app.backends.base import Seed, SeedLog, Tip, Usage
 from app.backends.catalog import Catalog
 from app.backends.errors import StaleHead
 from app.backends.files.codec import encode_header
+from app.domain.errors import SessionAlreadyExists
 from app.domain.listing import PageRequest
 from app.domain.log import SessionLog
 from app.domain.session import Session, SessionKey
@@ -79,9 +80,11 @@ class CatalogReads:
         return live.log.offset(min(count, len(live.log))) if live is not None else 0
 
 
-def starting_log(catalog: Catalog, seed: Seed) -> SessionLog:
-    """The events a new session starts with: the seed's, or the source's first ``count`` (shared, not copied) and
-    the fork's own events after them."""
+def starting_log(catalog: Catalog, key: SessionKey, seed: Seed) -> SessionLog:
+    """The events the new session ``key`` starts with: the seed's, or the source's first ``count`` (shared, not
+    copied) and the fork's own events after them; SessionAlreadyExists if ``key`` is live."""
+    if catalog.get(key) is not None:
+        raise SessionAlreadyExists(key.id)
     if isinstance(seed, SeedLog):
         return seed.log
     source = catalog.get(seed.source)

@@ -73,9 +73,7 @@ class MemoryBackend(CatalogReads):
     async def create(
         self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed, remember: Remember | None = None
     ) -> Session:
-        if self.catalog.get(key) is not None:
-            raise SessionAlreadyExists(key.id)
-        log = starting_log(self.catalog, seed)
+        log = starting_log(self.catalog, key, seed)
         live = LiveSession(key, self.catalog.new_header(key, instance, lineage), log)
         records = [remember(live.view())] if remember is not None else []
         self.remembered.check_free(records)

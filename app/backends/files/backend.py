@@ -241,9 +241,7 @@ class FileBackend(CatalogReads):
     async def create(
         self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed, remember: Remember | None = None
     ) -> Session:
-        if self.catalog.get(key) is not None:
-            raise SessionAlreadyExists(key.id)
-        log = starting_log(self.catalog, seed)
+        log = starting_log(self.catalog, key, seed)
         copy_from = None
         if isinstance(seed, SeedPrefix) and seed.count:
             source = self.catalog.get(seed.source)

@@ -39,7 +39,9 @@ log = logging.getLogger("forklog.http")
 HEADER_END = b"\r\n\r\n"
 # How long a refused client may go on sending before its connection is closed anyway.
 LINGER_SECONDS = 2.0
-# A write this large goes out at once (after what is pending): joining it would copy it for nothing.
+# A write this large goes out at once (after what is pending): joining it would copy it for nothing. Pending writes
+# that add up to this much go out at once too: the transport's own buffer (and uvicorn's flow control, which pauses
+# a streaming answer when the client reads slowly) must see them.
 COALESCED_BYTES = 64 * 1024
 
 
@@ -47,12 +49,13 @@ class CoalescingTransport:
     """A connection's transport whose writes of one event-loop step leave as one write, at the end of that step
     (before a close or an end of writing, at once). Everything else is the transport's own."""
 
-    __slots__ = ("_loop", "_pending", "_transport")
+    __slots__ = ("_loop", "_pending", "_pending_bytes", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] = []
+        self._pending_bytes = 0
 
     def write(self, data: bytes) -> None:
         if len(data) >= COALESCED_BYTES:
@@ -62,6 +65,9 @@ class CoalescingTransport:
         if not self._pending:
             self._loop.call_soon(self.flush)
         self._pending.append(data)
+        self._pending_bytes += len(data)
+        if self._pending_bytes >= COALESCED_BYTES:
+            self.flush()
 
     def flush(self) -> None:
         pending = self._pending
@@ -69,6 +75,7 @@ class CoalescingTransport:
             return
         data = pending[0] if len(pending) == 1 else b"".join(pending)
         pending.clear()
+        self._pending_bytes = 0
         if not self._transport.is_closing():
             self._transport.write(data)
 
@@ -82,6 +89,7 @@ class CoalescingTransport:
 
     def abort(self) -> None:
         self._pending.clear()
+        self._pending_bytes = 0
         self._transport.abort()
 
     def __getattr__(self, name: str) -> Any:

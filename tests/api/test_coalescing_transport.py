@@ -91,6 +91,20 @@ async def test_a_large_write_goes_out_at_once_after_what_is_pending() -> None:
     assert raw.sent == [b"head", large]
 
 
+async def test_small_writes_that_add_up_go_out_at_once() -> None:
+    # A streaming answer written without a pause must reach the transport (whose buffer drives flow control) at once.
+    raw = RecordingTransport()
+    transport = CoalescingTransport(raw, asyncio.get_running_loop())
+    chunk = b"y" * (COALESCED_BYTES // 4)
+
+    for _ in range(9):
+        transport.write(chunk)
+
+    assert raw.sent == [chunk * 4, chunk * 4]
+    await _one_step()
+    assert b"".join(raw.sent) == chunk * 9
+
+
 async def test_nothing_is_written_to_a_connection_already_closing() -> None:
     raw = RecordingTransport()
     transport = CoalescingTransport(raw, asyncio.get_running_loop())

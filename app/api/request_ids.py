@@ -37,7 +37,7 @@ def valid_request_id(value: bytes | None) -> str | None:
 
 
 def request_id_of(scope: MutableMapping[str, Any]) -> str:
-    """The request's id; one is made (and kept) for a request that did not pass the request-id middleware."""
+    """The request's id; one is made (and kept) for a request that did not pass the gateway (app.api.gateway)."""
     state = scope.setdefault("state", {})
     request_id: str | None = state.get(REQUEST_ID_STATE)
     if request_id is None:

@@ -1,8 +1,10 @@
 """Appends against the framework: one-event and 100-event appends by 32 clients on distinct sessions, durable.
 
-forklog runs with fsync on (its default) and ``--log-level warning``; the empty route (bench/empty_app.py) runs
-under the same uvicorn options. Each client owns one session that sits in an open step, so every append of an
-``assistant/chunk`` is valid for as long as the run lasts. The three loads are interleaved run by run.
+forklog runs with fsync on (its default) and ``--log-level warning``; the empty routes (bench/empty_app.py, the
+raw-parse kind and the pydantic-validating kind) run under the same uvicorn options. Each client owns one session
+that sits in an open step, so every append of an ``assistant/chunk`` is valid for as long as the run lasts. The
+loads are interleaved run by run. Each 1-event run also measures the server's CPU time per request (user + system,
+all its threads, from /proc): steadier than throughput on a shared machine.
 """
 
 from __future__ import annotations
@@ -13,7 +15,18 @@ import orjson
 
 from bench.load import LoadResult, have_wrk, run_load
 from bench.report import Row
-from bench.util import Client, env_float, env_int, log, median, running, start_empty_app, start_forklog
+from bench.util import (
+    Client,
+    Server,
+    cpu_seconds,
+    env_float,
+    env_int,
+    log,
+    median,
+    running,
+    start_empty_app,
+    start_forklog,
+)
 
 PREFIX = "bench-append-"
 CHUNK = {"type": "text-delta", "index": 0, "text": "streamed text of a model answer, forty ch"}
@@ -45,6 +58,13 @@ def _summary(results: list[LoadResult], scale: int = 1) -> tuple[float, float, f
     )
 
 
+def _timed_load(server: Server, body: bytes, *, clients: int, seconds: float) -> tuple[LoadResult, float]:
+    """A run of the load, and the server's CPU time per request it answered (µs)."""
+    before = cpu_seconds(server.pid)
+    result = run_load(server.port, PREFIX, body, clients=clients, seconds=seconds)
+    return result, (cpu_seconds(server.pid) - before) / max(result.requests, 1) * 1e6
+
+
 def run(work: Path) -> list[Row]:
     clients = env_int("BENCH_CLIENTS", 32)
     seconds = env_float("BENCH_APPEND_SECONDS", 5.0)
@@ -55,11 +75,12 @@ def run(work: Path) -> list[Row]:
     forklog = start_forklog(work / "appends-data", work / "logs" / "appends-forklog.log")
     unsynced = start_forklog(work / "appends-nosync", work / "logs" / "appends-nosync.log", fsync=False)
     empty = start_empty_app(work / "logs" / "appends-empty.log")
-    with running(forklog), running(unsynced), running(empty):
+    validated = start_empty_app(work / "logs" / "appends-validated.log", validate=True)
+    with running(forklog), running(unsynced), running(empty), running(validated):
         one, hundred = append_body(1), append_body(batch)
-        for server in (forklog, unsynced, empty):
+        for server in (forklog, unsynced, empty, validated):
             server.wait_ready()
-            if server is not empty:
+            if server is not empty and server is not validated:
                 client = Client(server.port)
                 for i in range(clients):
                     client.expect(201, "POST", "/sessions", {"id": f"{PREFIX}{i}", "seed": _open_step_seed()})
@@ -68,29 +89,56 @@ def run(work: Path) -> list[Row]:
             run_load(server.port, PREFIX, one, clients=clients, seconds=1)
         mine: list[LoadResult] = []
         floor: list[LoadResult] = []
+        checked: list[LoadResult] = []
         nosync: list[LoadResult] = []
         batches: list[LoadResult] = []
         floor_batches: list[LoadResult] = []
+        cpu: dict[str, list[float]] = {"mine": [], "floor": [], "checked": [], "nosync": []}
         for r in range(runs):
-            mine.append(run_load(forklog.port, PREFIX, one, clients=clients, seconds=seconds))
-            floor.append(run_load(empty.port, PREFIX, one, clients=clients, seconds=seconds))
-            nosync.append(run_load(unsynced.port, PREFIX, one, clients=clients, seconds=seconds))
+            for name, server, results in (
+                ("mine", forklog, mine),
+                ("floor", empty, floor),
+                ("checked", validated, checked),
+                ("nosync", unsynced, nosync),
+            ):
+                result, cpu_us = _timed_load(server, one, clients=clients, seconds=seconds)
+                results.append(result)
+                cpu[name].append(cpu_us)
             batches.append(run_load(forklog.port, PREFIX, hundred, clients=clients, seconds=seconds))
             floor_batches.append(run_load(empty.port, PREFIX, hundred, clients=clients, seconds=seconds))
             log(
-                f"appends run {r + 1}/{runs}: 1 event {mine[-1].rps:,.0f} req/s (empty route {floor[-1].rps:,.0f}, "
-                f"no fsync {nosync[-1].rps:,.0f}); 100 events {batches[-1].rps * batch:,.0f} events/s "
+                f"appends run {r + 1}/{runs}: 1 event {mine[-1].rps:,.0f} req/s {cpu['mine'][-1]:.0f} µs CPU "
+                f"(validated empty route {checked[-1].rps:,.0f} req/s {cpu['checked'][-1]:.0f} µs, raw empty route "
+                f"{floor[-1].rps:,.0f} req/s {cpu['floor'][-1]:.0f} µs, no fsync {nosync[-1].rps:,.0f} req/s "
+                f"{cpu['nosync'][-1]:.0f} µs); 100 events {batches[-1].rps * batch:,.0f} events/s "
                 f"(empty route {floor_batches[-1].rps * batch:,.0f})"
             )
     rps, p50, p99, errors = _summary(mine)
     floor_rps, floor_p50, floor_p99, floor_errors = _summary(floor)
+    checked_rps, checked_p50, checked_p99, checked_errors = _summary(checked)
     ev, b50, b99, b_errors = _summary(batches, batch)
     floor_ev, fb50, fb99, fb_errors = _summary(floor_batches, batch)
     ns_rps, ns50, ns99, ns_errors = _summary(nosync)
-    if errors or floor_errors or ns_errors or b_errors or fb_errors:
-        log(f"appends: error answers: {errors} / {floor_errors} / {ns_errors} / {b_errors} / {fb_errors} (see logs)")
+    if errors or floor_errors or checked_errors or ns_errors or b_errors or fb_errors:
+        log(
+            f"appends: error answers: {errors} / {floor_errors} / {checked_errors} / {ns_errors} / {b_errors} / "
+            f"{fb_errors} (see logs)"
+        )
     note = f"{clients} clients, fsync on"
+    cpu_mine, cpu_checked = median(cpu["mine"]), median(cpu["checked"])
     return [
+        Row(
+            "Appends",
+            "1-event append vs validating route",
+            f"{rps:,.0f} req/s",
+            "FastAPI route validating the body (pydantic)",
+            f"{checked_rps:,.0f} req/s",
+            rps / checked_rps,
+            ">= 0.9x",
+            rps / checked_rps >= 0.9,
+            f"{note}; server CPU {cpu_mine:.0f} vs {cpu_checked:.0f} µs a request; that route's p50 "
+            f"{checked_p50:.2f} ms / p99 {checked_p99:.2f} ms",
+        ),
         Row(
             "Appends",
             "1-event append: throughput",
@@ -125,7 +173,10 @@ def run(work: Path) -> list[Row]:
             "empty FastAPI route",
             f"{floor_rps:,.0f} req/s",
             ns_rps / floor_rps,
-            note=f"informative: --no-fsync; p50 {ns50:.2f} ms / p99 {ns99:.2f} ms",
+            note=(
+                f"informative: --no-fsync; p50 {ns50:.2f} ms / p99 {ns99:.2f} ms; server CPU "
+                f"{median(cpu['nosync']):.0f} µs a request (raw empty route {median(cpu['floor']):.0f} µs)"
+            ),
         ),
         Row(
             "Appends",

@@ -9,13 +9,12 @@ costs the server barely moves, so the CPU ratio is the steadier measure of what 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from bench.appends import PREFIX, _open_step_seed, append_body
 from bench.load import LoadResult, run_load
 from bench.report import Row
-from bench.util import Client, env_float, env_int, log, median, running, start_forklog
+from bench.util import Client, cpu_seconds, env_float, env_int, log, median, running, start_forklog
 
 
 def _prepare(port: int, clients: int) -> None:
@@ -23,12 +22,6 @@ def _prepare(port: int, clients: int) -> None:
     for i in range(clients):
         client.expect(201, "POST", "/sessions", {"id": f"{PREFIX}{i}", "seed": _open_step_seed()})
     client.close()
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` and all its threads so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _compare(work: Path, clients: int, seconds: float, runs: int, *, fsync: bool) -> tuple[float, float, float, float]:
@@ -50,10 +43,10 @@ def _compare(work: Path, clients: int, seconds: float, runs: int, *, fsync: bool
             # Alternate which goes first: a slow moment of the machine hits both alike.
             order = (("on", on), ("off", off)) if r % 2 == 0 else (("off", off), ("on", on))
             for name, server in order:
-                before = _cpu_seconds(server.pid)
+                before = cpu_seconds(server.pid)
                 result = run_load(server.port, PREFIX, one, clients=clients, seconds=seconds)
                 measured[name].append(result)
-                cpu[name].append((_cpu_seconds(server.pid) - before) / max(result.requests, 1) * 1e6)
+                cpu[name].append((cpu_seconds(server.pid) - before) / max(result.requests, 1) * 1e6)
             log(
                 f"metrics ({'fsync' if fsync else 'no fsync'}) run {r + 1}/{runs}: on {measured['on'][-1].rps:,.0f} "
                 f"req/s {cpu['on'][-1]:.0f} µs CPU/append, off {measured['off'][-1].rps:,.0f} req/s "

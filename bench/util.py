@@ -188,10 +188,17 @@ def start_forklog(
     return spawn(forklog_argv(port, data_dir, log_level=log_level, fsync=fsync, extra=extra), log_path, port)
 
 
-def start_empty_app(log_path: Path) -> Server:
+def start_empty_app(log_path: Path, *, validate: bool = False) -> Server:
+    """The empty route (bench/empty_app.py): the raw-parse kind, or with ``validate`` the pydantic-validating one."""
     port = free_port()
     argv = [sys.executable, "-m", "bench.empty_app", "--port", str(port), "--log-level", "warning"]
-    return spawn(argv, log_path, port)
+    return spawn([*argv, "--validate"] if validate else argv, log_path, port)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` and all its threads so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager

@@ -10,25 +10,20 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from opentelemetry.sdk.trace import TracerProvider
 
-from app.api.access_log import AccessLog
 from app.api.append_shortcut import AppendShortcut
-from app.api.auth import Authenticator
-from app.api.cors import Cors
-from app.api.encoded_slash import EncodedSlashGuard
 from app.api.exposure import check_exposure
+from app.api.gateway import Gateway
 from app.api.idempotency import WIRE_ANSWERS
 from app.api.keys_file import KeysFile
 from app.api.keys_in_force import KeysInForce
-from app.api.loopback import LoopbackGuard
 from app.api.metrics import Metrics
 from app.api.openapi import build_document
 from app.api.problems import install_problem_handlers
-from app.api.rate_limit import RateLimiter
 from app.api.routes import routers
 from app.api.routes.events import APPEND_EVENTS
 from app.api.routing import PlainRoute
 from app.api.settings import Settings
-from app.api.telemetry import RequestTelemetry, StorageTelemetry
+from app.api.telemetry import StorageTelemetry
 from app.api.tracing import Tracing, provider_from_environment
 from app.api.ui import static_mounts
 from app.backends.base import Backend
@@ -134,18 +129,17 @@ def create_app(
     # The session browser (/ui/) and the docs pages' scripts (/docs/assets/): files, after every API route.
     app.router.routes.extend(static_mounts())
     app.state.keys = keys
-    # Outermost last: the access log sees every answer; CORS answers preflights and labels every answer (a page
-    # must be able to read a 401); then keys, or without keys the loopback guard, before anything else is looked at.
+    # Outermost last. The gateway does, in one layer, what every request meets first (app.api.gateway): its id,
+    # metrics and span, the access log, CORS, then keys and rate limits (or without keys the loopback guard) and the
+    # encoded-slash guard, before anything else is looked at; then appends skip the router.
     app.add_middleware(AppendShortcut, route=_append_route(app))
-    app.add_middleware(EncodedSlashGuard)
-    if keys is not None:
-        app.add_middleware(RateLimiter)  # right after the key is known: before anything it would spend
-        app.add_middleware(Authenticator, keys=lambda: keys.ring)
-    else:
-        app.add_middleware(LoopbackGuard, allowed_hosts=settings.allowed_hosts, allowed_origins=settings.cors_origins)
-    app.add_middleware(Cors, origins=settings.cors_origins)
-    app.add_middleware(AccessLog)
-    # Outermost: a request's id, metrics and span cover every layer, and every answer carries X-Request-Id.
-    app.add_middleware(RequestTelemetry, metrics=metrics, tracing=tracing)
+    app.add_middleware(
+        Gateway,
+        metrics=metrics,
+        tracing=tracing,
+        cors_origins=settings.cors_origins,
+        allowed_hosts=settings.allowed_hosts,
+        keys=(lambda: keys.ring) if keys is not None else None,
+    )
     app.openapi = lambda: build_document(app)  # type: ignore[method-assign]
     return app

@@ -107,6 +107,11 @@ class Authenticator:
             else:  # the lifespan
                 await self.app(scope, receive, send)
             return
+        if not await self.refused(scope, send):
+            await self.app(scope, receive, send)
+
+    async def refused(self, scope: Scope, send: Send) -> bool:
+        """Whether the HTTP request was refused (its answer sent); else its key, if any, is in its state."""
         headers = Headers(scope=scope)
         matched = matched_route(scope)
         spec = spec_of(matched.full)
@@ -114,19 +119,18 @@ class Authenticator:
         if wanted is None:
             with contextlib.suppress(_NoKey):
                 scope.setdefault("state", {})[KEY_STATE] = self._key(scope, headers, spec)
-            await self.app(scope, receive, send)
-            return
+            return False
         try:
             key = self._key(scope, headers, spec)
         except _NoKey as refusal:
             await _refuse_unauthenticated(scope, send, refusal)
-            return
+            return True
         if not key.allows(wanted):
             detail = f"key {key.id!r} lacks the {wanted.value!r} scope this request needs"
             await send_problem(scope, send, ErrorCode.FORBIDDEN, detail)
-            return
+            return True
         scope.setdefault("state", {})[KEY_STATE] = key
-        await self.app(scope, receive, send)
+        return False
 
 
 def challenge(*, invalid: bool) -> str:

@@ -13,12 +13,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.api.problems import send_problem
 from app.domain.errors import ErrorCode
 
-__all__ = ["ALLOWED_HEADERS", "ALLOWED_METHODS", "EXPOSED_HEADERS", "Cors"]
+__all__ = ["ALLOWED_HEADERS", "ALLOWED_METHODS", "EXPOSED_HEADERS", "Cors", "is_preflight"]
 
 ALLOWED_METHODS = ("GET", "POST", "DELETE")
 ALLOWED_HEADERS = ("Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID")
 EXPOSED_HEADERS = ("Location", "Idempotent-Replayed")
 PREFLIGHT_MAX_AGE = 600
+
+
+def is_preflight(headers: Headers) -> bool:
+    """Whether an OPTIONS request with these headers is a browser's preflight."""
+    return "origin" in headers and "access-control-request-method" in headers
 
 
 class Cors(CORSMiddleware):
@@ -36,8 +41,8 @@ class Cors(CORSMiddleware):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "OPTIONS":
             headers = Headers(scope=scope)
-            if "origin" in headers and "access-control-request-method" in headers:
-                await self._preflight(scope, send, headers)
+            if is_preflight(headers):
+                await self.answer_preflight(scope, send, headers)
                 return
         elif not self.any_origin_allowed:
             # With no origin allowed no answer varies by Origin (none carries CORS headers): nothing to label.
@@ -45,7 +50,8 @@ class Cors(CORSMiddleware):
             return
         await super().__call__(scope, receive, send)
 
-    async def _preflight(self, scope: Scope, send: Send, headers: Headers) -> None:
+    async def answer_preflight(self, scope: Scope, send: Send, headers: Headers) -> None:
+        """The answer to a preflight: 204 with what it may do, or FORBIDDEN as a problem."""
         answer = self.preflight_response(request_headers=headers)
         if answer.status_code != 200:
             refused = bytes(answer.body).decode().removeprefix("Disallowed CORS ")

@@ -16,8 +16,12 @@ class EncodedSlashGuard:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not await _refused_encoded_slash(scope, send):
+        if scope["type"] != "http" or not await self.refused(scope, send):
             await self.app(scope, receive, send)
+
+    async def refused(self, scope: Scope, send: Send) -> bool:
+        """Whether the HTTP request was refused (its answer sent)."""
+        return await _refused_encoded_slash(scope, send)
 
 
 async def _refused_encoded_slash(scope: Scope, send: Send) -> bool:

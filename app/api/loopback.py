@@ -93,6 +93,11 @@ class LoopbackGuard:
             else:  # the lifespan
                 await self.app(scope, receive, send)
             return
+        if not await self.refused(scope, send):
+            await self.app(scope, receive, send)
+
+    async def refused(self, scope: Scope, send: Send) -> bool:
+        """Whether the HTTP request was refused (its answer sent)."""
         headers = Headers(scope=scope)
         raw_host = headers.get("host")
         if not self.serves(raw_host):
@@ -105,7 +110,7 @@ class LoopbackGuard:
                 {"field": "Host", "reason": reason},
                 status=400,
             )
-            return
+            return True
         origin = headers.get("origin")
         own_origin = f"{scope.get('scheme', 'http')}://{raw_host}".lower()
         refused_origin = origin is not None and origin.lower() not in self.allowed_origins | {own_origin}
@@ -117,5 +122,5 @@ class LoopbackGuard:
                 f"a page from {origin!r} may not change sessions here; list its origin in FORKLOG_CORS_ORIGINS "
                 "to allow it",
             )
-            return
-        await self.app(scope, receive, send)
+            return True
+        return False

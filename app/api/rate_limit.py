@@ -36,15 +36,19 @@ class RateLimiter:
         self._next_cleanup = 0.0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            key: ApiKey | None = scope.get("state", {}).get(KEY_STATE)
-            # Only requests that need a key count (its route's declaration says; the match is kept in the scope).
-            if key is not None and key.rate_limit is not None and _needs_key(scope):
-                wait = self._take(key)
-                if wait > 0:
-                    await _refuse(scope, send, key, wait)
-                    return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http" or not await self.refused(scope, send):
+            await self.app(scope, receive, send)
+
+    async def refused(self, scope: Scope, send: Send) -> bool:
+        """Whether the HTTP request was refused, its key over its rate (the answer sent)."""
+        key: ApiKey | None = scope.get("state", {}).get(KEY_STATE)
+        # Only requests that need a key count (its route's declaration says; the match is kept in the scope).
+        if key is not None and key.rate_limit is not None and _needs_key(scope):
+            wait = self._take(key)
+            if wait > 0:
+                await _refuse(scope, send, key, wait)
+                return True
+        return False
 
     def _take(self, key: ApiKey) -> float:
         now = self.clock()

@@ -1,23 +1,25 @@
 """What every request leaves for operators (spec 13): its id, its metrics and, when traces are on, its span.
 
-:class:`RequestTelemetry` is the outermost layer of the app: it gives the request its id (``X-Request-Id`` on the
-answer, ``requestId`` in the access log and in a problem body), counts it as active, and when it has been answered
-records its duration by method, route template and status, and the problem code it answered if any. With traces on
-it runs the request inside a server span named ``METHOD route``. :class:`StorageTelemetry` is what the backend is
-told of its durable writes (:class:`~app.backends.observer.StorageObserver`): their metrics and child spans.
+:class:`RequestTelemetry` runs first and last in the app's one layer (:mod:`app.api.gateway`): it gives the request
+its id (``X-Request-Id`` on the answer, ``requestId`` in the access log and in a problem body), counts it as active,
+and when it has been answered records its duration by method, route template and status, and the problem code it
+answered if any. With traces on it runs the request inside a server span named ``METHOD route``.
+:class:`StorageTelemetry` is what the backend is told of its durable writes
+(:class:`~app.backends.observer.StorageObserver`): their metrics and child spans.
 """
 
 from __future__ import annotations
 
 import time
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from app.api.auth import KEY_STATE
 from app.api.metrics import KNOWN_METHODS, Metrics
@@ -28,7 +30,15 @@ from app.api.tracing import Tracing, incoming_trace_id
 from app.backends.observer import StorageObserver
 from app.domain.session import DEFAULT_TENANT
 
-__all__ = ["TRACE_ID_STATE", "UNMATCHED_ROUTE", "RequestTelemetry", "StorageTelemetry", "route_template"]
+__all__ = [
+    "TRACE_ID_STATE",
+    "UNMATCHED_ROUTE",
+    "OpenRequest",
+    "RequestTelemetry",
+    "StorageTelemetry",
+    "answer_bug",
+    "route_template",
+]
 
 TRACE_ID_STATE = "trace_id"
 # The route label of a request that matches no route (never its raw path: a client could mint series at will).
@@ -60,16 +70,27 @@ class StorageTelemetry(StorageObserver):
         return self._tracing.child_span(name, events)
 
 
+@dataclass(slots=True)
+class OpenRequest:
+    """What :meth:`RequestTelemetry.begin` started for a request, for :meth:`RequestTelemetry.end`."""
+
+    method: str  # as the metrics label it
+    began: float
+    span: trace.Span | None
+    token: object  # the span's context, attached while the request runs
+    id_header: tuple[bytes, bytes]  # X-Request-Id, added to the answer
+
+
 class RequestTelemetry:
-    def __init__(self, app: ASGIApp, *, metrics: Metrics | None, tracing: Tracing | None) -> None:
-        self.app = app
+    """A request's id, metrics and span: :meth:`begin` before any other layer looks at it, :meth:`end` once it is
+    answered (app.api.gateway calls both, around everything else)."""
+
+    def __init__(self, *, metrics: Metrics | None, tracing: Tracing | None) -> None:
         self.metrics = metrics
         self.tracing = tracing
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    def begin(self, scope: Scope) -> OpenRequest:
+        """Give the HTTP request its id (the client's if well-formed), count it as active, start its span."""
         offered = traceparent = tracestate = None
         for name, value in scope["headers"]:
             if name == b"x-request-id":
@@ -81,23 +102,9 @@ class RequestTelemetry:
         request_id = valid_request_id(offered) or new_request_id()
         state = scope.setdefault("state", {})
         state[REQUEST_ID_STATE] = request_id
-        id_header = (b"x-request-id", request_id.encode("ascii"))
-        status = 500
-        started = False
-
-        async def send_with_id(message: Message) -> None:
-            nonlocal status, started
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                started = True
-                message["headers"] = [*message.get("headers", ()), id_header]
-            await send(message)
-
         method = scope["method"] if scope["method"] in KNOWN_METHODS else "_OTHER"
-        metrics = self.metrics
-        if metrics is not None:
-            metrics.started(method)
-            began = time.perf_counter()
+        if self.metrics is not None:
+            self.metrics.started(method)
         span: trace.Span | None = None
         token: object = None
         if self.tracing is not None:
@@ -108,26 +115,24 @@ class RequestTelemetry:
             trace_id = incoming_trace_id(traceparent)
             if trace_id is not None:
                 state[TRACE_ID_STATE] = trace_id
-        try:
-            await self.app(scope, receive, send_with_id)
-        except Exception as exc:
-            if not started:
-                # The server's error layer, outside this one, would answer without the request's id: answer here
-                # with the app's own handler for bugs, then let the error go on to be logged.
-                await _answer_bug(scope, receive, send_with_id, exc)
-            raise
-        finally:
-            if metrics is not None or span is not None:
-                route = route_template(scope)
-                if metrics is not None:
-                    tenant = _tenant(state)
-                    metrics.answered(method, route, status, tenant, time.perf_counter() - began)
-                    code = state.get(PROBLEM_CODE_STATE)
-                    if code is not None:
-                        metrics.problem(code.value, tenant)
-                if span is not None:
-                    otel_context.detach(token)  # type: ignore[arg-type]
-                    _end_span(span, scope, method, route, status)
+        return OpenRequest(method, time.perf_counter(), span, token, (b"x-request-id", request_id.encode("ascii")))
+
+    def end(self, scope: Scope, opened: OpenRequest, status: int) -> None:
+        """Record the answered request's duration by method, route and status (and its problem code), end its span."""
+        metrics, span = self.metrics, opened.span
+        if metrics is None and span is None:
+            return
+        route = route_template(scope)
+        if metrics is not None:
+            state = scope["state"]
+            tenant = _tenant(state)
+            metrics.answered(opened.method, route, status, tenant, time.perf_counter() - opened.began)
+            code = state.get(PROBLEM_CODE_STATE)
+            if code is not None:
+                metrics.problem(code.value, tenant)
+        if span is not None:
+            otel_context.detach(opened.token)  # type: ignore[arg-type]
+            _end_span(span, scope, opened.method, route, status)
 
     def _start_span(self, scope: Scope, method: str, traceparent: bytes | None, tracestate: bytes | None) -> trace.Span:
         assert self.tracing is not None
@@ -175,7 +180,9 @@ def _end_span(span: trace.Span, scope: Scope, method: str, route: str, status: i
     span.end()
 
 
-async def _answer_bug(scope: Scope, receive: Receive, send: Send, exc: Exception) -> None:
+async def answer_bug(scope: Scope, receive: Receive, send: Send, exc: Exception) -> None:
+    """Answer an error no layer answered with the app's own handler for bugs (the server's error layer, outside
+    every layer of the app, would answer without the request's id)."""
     app = scope.get("app")
     handler = getattr(app, "exception_handlers", {}).get(Exception)
     if handler is None:

@@ -107,7 +107,9 @@ class AppendQueue(Generic[R]):
         else:
             self._waiting[key] = [waiting]
             self._start_drainer(key)
-        return await asyncio.shield(waiting.answer)
+        # No shield needed: a request cancelled meanwhile cancels only its answer; its batch is written all the
+        # same, and succeed/fail skip an answer no one waits for.
+        return await waiting.answer
 
     async def drained(self) -> None:
         """Wait until every batch handed over so far is written (at shutdown)."""

@@ -2,8 +2,9 @@
 
 A round takes every append queued while the previous round was syncing, writes them all, syncs every file it
 touched once (one ``syncfs`` for several files, where it reports write errors; else an ``fdatasync`` per file, in
-parallel) and then answers them all. So the event loop never waits on the disk, and appends to many sessions share
-the cost of a sync. (Appends to one session are batched before they get here, by the service.)
+parallel) and then answers them all, with one call into the event loop (a wake-up of the loop, and the GIL taken
+back, a round, not an append). So the event loop never waits on the disk, and appends to many sessions share the
+cost of a sync. (Appends to one session are batched before they get here, by the service.)
 
 The writer keeps the files it appended to last open (at most ``OPEN_FILES``), with their sizes: a round of appends
 to sessions in use costs one write each and the round's sync, not an open, a stat and a close as well. A file
@@ -24,7 +25,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +54,8 @@ class _Write:
     path: Path
     data: bytes
     cut_note: Cut  # what to record if this write cannot be cut back (its size is filled in then)
-    done: Callable[[BaseException | None], None]
+    loop: asyncio.AbstractEventLoop  # where its caller waits on ``answer``
+    answer: asyncio.Future[None]
     events: int = 0
     fd: int = -1
     size_before: int = -1  # known once the file is open and measured; nothing is written before that
@@ -85,14 +87,10 @@ class AppendWriter:
         if refused."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-
-        def done(error: BaseException | None) -> None:
-            loop.call_soon_threadsafe(_settle, future, error)
-
         with self._wakeup:
             if self._closed or not self._thread.is_alive():
                 raise ChangeRefused("the store is shutting down")
-            self._queue.append(_Write(path, data, Cut(instance, -1, cut_record), done, events))
+            self._queue.append(_Write(path, data, Cut(instance, -1, cut_record), loop, future, events))
             self._wakeup.notify()
         await future
 
@@ -134,11 +132,12 @@ class AppendWriter:
                     self._round(batch)
             except BaseException as exc:  # a bug: still answer every append (as failed) and keep the writer alive
                 logger.exception("a writer round failed")
-                for item in batch:
-                    if not item.answered:
-                        item.answered = True
-                        with contextlib.suppress(Exception):
-                            item.done(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+                failed = exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+                unanswered = [item for item in batch if not item.answered]
+                for item in unanswered:
+                    item.error = failed
+                with contextlib.suppress(Exception):
+                    _answer(unanswered)
 
     def _round(self, batch: list[_Write]) -> None:
         ops = self._ops
@@ -165,11 +164,7 @@ class AppendWriter:
                 self._roll_back(item)
             if item.error is not None:
                 self._close_open(item.path)  # its size is measured again at the next append
-            item.answered = True
-            try:
-                item.done(item.error)
-            except Exception:  # e.g. the event loop closed: the writer must live on for the others
-                logger.exception("could not answer an append to %s", item.path)
+        _answer(batch)
 
     def _open_file(self, path: Path) -> _OpenFile:
         opened = self._open.get(path)
@@ -257,10 +252,24 @@ class AppendWriter:
         logger.warning("cut %s back to its acknowledged %d bytes", path, cut.size)
 
 
-def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)  # an OSError is translated by the backend's one translation point
+def _answer(items: Iterable[_Write]) -> None:
+    """Answer ``items`` (from the writer thread): one call into each event loop they wait in."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[None], BaseException | None]]] = {}
+    for item in items:
+        item.answered = True
+        by_loop.setdefault(item.loop, []).append((item.answer, item.error))
+    for loop, answers in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle, answers)
+        except Exception:  # e.g. the event loop closed: the writer must live on for the others
+            logger.exception("could not answer %d appends", len(answers))
+
+
+def _settle(answers: list[tuple[asyncio.Future[None], BaseException | None]]) -> None:
+    for future, error in answers:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)  # an OSError is translated by the backend's one translation point

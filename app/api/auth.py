@@ -19,15 +19,16 @@ from collections.abc import Callable
 from urllib.parse import parse_qs
 
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Scope, Send
 
+from app.api.guard import Guard
 from app.api.problems import send_problem
 from app.api.route_table import MatchedRoute, RouteSpec, matched_route, spec_of
 from app.domain.access import ApiKey, KeyRing
 from app.domain.access import Scope as KeyScope
 from app.domain.errors import ErrorCode
 
-__all__ = ["KEY_STATE", "Authenticator", "challenge", "refuse_websocket", "required_scope"]
+__all__ = ["KEY_STATE", "Authenticator", "challenge", "required_scope"]
 
 KEY_STATE = "api_key"
 
@@ -82,11 +83,11 @@ def _presented(scope: Scope, headers: Headers, spec: RouteSpec | None) -> str | 
     return None
 
 
-class Authenticator:
+class Authenticator(Guard):
     """Refuses requests without a key in force, or without its scope (see the module's docstring)."""
 
     def __init__(self, app: ASGIApp, *, keys: Callable[[], KeyRing]) -> None:
-        self.app = app
+        super().__init__(app)
         self.keys = keys
 
     def _key(self, scope: Scope, headers: Headers, spec: RouteSpec | None) -> ApiKey:
@@ -99,16 +100,6 @@ class Authenticator:
                 "the key is not one this service knows (revoked, mistyped, or from another keys file)", invalid=True
             )
         return key
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            if scope["type"] == "websocket":
-                await refuse_websocket(send)
-            else:  # the lifespan
-                await self.app(scope, receive, send)
-            return
-        if not await self.refused(scope, send):
-            await self.app(scope, receive, send)
 
     async def refused(self, scope: Scope, send: Send) -> bool:
         """Whether the HTTP request was refused (its answer sent); else its key, if any, is in its state."""
@@ -141,9 +132,3 @@ def challenge(*, invalid: bool) -> str:
 async def _refuse_unauthenticated(scope: Scope, send: Send, refusal: _NoKey) -> None:
     headers = {"WWW-Authenticate": challenge(invalid=refusal.invalid)}
     await send_problem(scope, send, ErrorCode.UNAUTHENTICATED, refusal.detail, headers=headers)
-
-
-async def refuse_websocket(send: Send) -> None:
-    """Close a WebSocket handshake unaccepted (the server answers 403): the service accepts no upgrade (spec 9).
-    Nothing is logged here: the handshake's URL may carry ``?access_token=``."""
-    await send({"type": "websocket.close", "code": 1008})

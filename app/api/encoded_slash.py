@@ -3,22 +3,16 @@ would otherwise reach the routes decoded, as two segments), elsewhere no route h
 
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope, Send
 
+from app.api.guard import Guard
 from app.api.problems import send_problem
 from app.domain.errors import ErrorCode
 
 __all__ = ["EncodedSlashGuard"]
 
 
-class EncodedSlashGuard:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not await self.refused(scope, send):
-            await self.app(scope, receive, send)
-
+class EncodedSlashGuard(Guard):
     async def refused(self, scope: Scope, send: Send) -> bool:
         """Whether the HTTP request was refused (its answer sent)."""
         return await _refused_encoded_slash(scope, send)

@@ -21,15 +21,15 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.access_log import log_access
-from app.api.auth import Authenticator, refuse_websocket
+from app.api.auth import Authenticator
 from app.api.cors import Cors, is_preflight
 from app.api.encoded_slash import EncodedSlashGuard
+from app.api.guard import Guard, handled_outside_http
 from app.api.loopback import LoopbackGuard
 from app.api.metrics import Metrics
 from app.api.rate_limit import RateLimiter
@@ -37,13 +37,7 @@ from app.api.telemetry import RequestTelemetry, answer_bug
 from app.api.tracing import Tracing
 from app.domain.access import KeyRing
 
-__all__ = ["Gateway", "Guard"]
-
-
-class Guard(Protocol):
-    async def refused(self, scope: Scope, send: Send) -> bool:
-        """Whether the HTTP request was refused (its answer sent through ``send``)."""
-        ...
+__all__ = ["Gateway"]
 
 
 class Gateway:
@@ -68,11 +62,7 @@ class Gateway:
         self.guards: tuple[Guard, ...] = (*guards, EncodedSlashGuard(app))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            if scope["type"] == "websocket":
-                await refuse_websocket(send)
-            else:  # the lifespan
-                await self.app(scope, receive, send)
+        if await handled_outside_http(self.app, scope, receive, send):
             return
         opened = self.telemetry.begin(scope)
         id_header = opened.id_header

@@ -24,9 +24,9 @@ import ipaddress
 from collections.abc import Iterable
 
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Scope, Send
 
-from app.api.auth import refuse_websocket
+from app.api.guard import Guard
 from app.api.problems import send_problem
 from app.api.route_table import matched_route, spec_of
 from app.domain.access import Scope as KeyScope
@@ -72,11 +72,11 @@ def _reads_only(scope: Scope) -> bool:
     return spec is not None and spec.scope in (None, KeyScope.READ)
 
 
-class LoopbackGuard:
+class LoopbackGuard(Guard):
     """Refuses foreign ``Host`` values and cross-site changes (see the module's docstring)."""
 
     def __init__(self, app: ASGIApp, *, allowed_hosts: Iterable[str], allowed_origins: Iterable[str]) -> None:
-        self.app = app
+        super().__init__(app)
         self.allowed_hosts = tuple(allowed_hosts)
         self.allowed_origins = frozenset(origin.lower() for origin in allowed_origins)
         # Clients send the same few Host values again and again; bounded, since a client may send any.
@@ -85,16 +85,6 @@ class LoopbackGuard:
     def _serves(self, raw_host: str | None) -> bool:
         name = host_name(raw_host) if raw_host is not None else None
         return name is not None and is_allowed_host(name, self.allowed_hosts)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            if scope["type"] == "websocket":
-                await refuse_websocket(send)
-            else:  # the lifespan
-                await self.app(scope, receive, send)
-            return
-        if not await self.refused(scope, send):
-            await self.app(scope, receive, send)
 
     async def refused(self, scope: Scope, send: Send) -> bool:
         """Whether the HTTP request was refused (its answer sent)."""

@@ -13,9 +13,10 @@ import math
 import time
 from collections.abc import Callable
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Scope, Send
 
 from app.api.auth import KEY_STATE, required_scope
+from app.api.guard import Guard
 from app.api.problems import send_problem
 from app.api.route_table import matched_route
 from app.domain.access import ApiKey
@@ -28,16 +29,12 @@ __all__ = ["RateLimiter"]
 IDLE_SECONDS = 3600.0
 
 
-class RateLimiter:
+class RateLimiter(Guard):
     def __init__(self, app: ASGIApp, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.app = app
+        super().__init__(app)
         self.clock = clock
         self._buckets: dict[str, tuple[TokenBucket, float]] = {}
         self._next_cleanup = 0.0
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not await self.refused(scope, send):
-            await self.app(scope, receive, send)
 
     async def refused(self, scope: Scope, send: Send) -> bool:
         """Whether the HTTP request was refused, its key over its rate (the answer sent)."""

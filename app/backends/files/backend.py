@@ -46,6 +46,7 @@ from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, pa
 from app.backends.files.writer import OPEN_FILES, AppendWriter
 from app.backends.memory import live_prefix, log_chunks
 from app.backends.observer import StorageObserver
+from app.backends.search_index import SqliteSearchEngine
 from app.backends.usage import catalog_log_bytes, catalog_usage
 from app.domain.errors import SessionAlreadyExists
 from app.domain.listing import DEFAULT_QUERY, ListQuery, OrderKey
@@ -132,6 +133,10 @@ class FileBackend:
     @property
     def data_dir(self) -> Path:
         return self.datadir.root
+
+    def search_engine(self) -> SqliteSearchEngine:
+        """The search index lives beside the files: FTS5 in ``search/search.sqlite3`` of the data directory."""
+        return SqliteSearchEngine(self.data_dir / "search" / "search.sqlite3")
 
     @property
     def observer(self) -> StorageObserver:

@@ -31,6 +31,7 @@ from app.backends.postgres.errors import DRIVER_ERRORS, database_errors
 from app.backends.postgres.failover import PrimaryWatch
 from app.backends.postgres.pool import Connection, PoolSettings, connect, open_pool, redact
 from app.backends.postgres.schema import migrate
+from app.backends.postgres.search import PostgresSearch
 from app.backends.postgres.sweep import sweep_once
 from app.backends.postgres.tips import TipCache
 from app.domain.ids import new_instance
@@ -116,6 +117,10 @@ class PostgresCore:
     def where(self) -> str:
         """The database's URL without its password."""
         return redact(self._url)
+
+    def search_engine(self) -> PostgresSearch:
+        """Search (spec 12) by PostgreSQL's full-text search, in this database (shared by every replica)."""
+        return PostgresSearch(self._connection)
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from app.backends.postgres.failover import PrimaryWatch
 from app.backends.postgres.pool import Connection, PoolSettings, connect, open_pool, redact
 from app.backends.postgres.schema import migrate
 from app.backends.postgres.search import PostgresSearch
+from app.backends.postgres.state_fill import fill_old_states
 from app.backends.postgres.sweep import sweep_once
 from app.backends.postgres.tips import TipCache
 from app.domain.ids import new_instance
@@ -153,6 +154,7 @@ class PostgresCore:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+        await self._fill_old_states()
         self._sweeper = asyncio.create_task(self._sweep_now_and_then(), name="forklog-sweep")
         self._doorbell.start()
         self._watch.start()
@@ -167,6 +169,11 @@ class PostgresCore:
             await conn.close(timeout=self._settings.connect_timeout)
         self._pool = await open_pool(self._url, self._settings)
         logger.info("serving from the database %s (schema found at version %d)", self.where, found)
+
+    async def _fill_old_states(self) -> None:
+        """The rows an older forklog stored without the sidebar's members are filled before anything is served."""
+        async with self._connection(Access.CHANGE) as conn:
+            await fill_old_states(conn, self._chains)
 
     async def close(self) -> None:
         await self._watch.stop()

@@ -47,6 +47,9 @@ class SearchEngine(Protocol):
     """An index of each session's words. Its calls may raise IndexDamaged (the caller rebuilds) or the storage
     errors of :mod:`app.backends.errors` (the caller tries again later)."""
 
+    # Seconds between two indexing rounds: the longer, the more appends of one session a round takes at once.
+    round_seconds: float
+
     async def open(self) -> None:
         """Open (or make) the index, replacing a damaged one."""
 

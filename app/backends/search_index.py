@@ -174,6 +174,8 @@ class SearchIndex:
 class SqliteSearchEngine:
     """The :class:`~app.backends.search.SearchEngine` of an FTS5 index in ``path`` (None: in memory)."""
 
+    round_seconds = 0.25
+
     def __init__(self, path: Path | None) -> None:
         self._index = SearchIndex(path)
         self._indexed: dict[SessionKey, IndexedSession] = {}

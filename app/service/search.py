@@ -2,12 +2,12 @@
 
 The index (an engine of :mod:`app.backends.search`: FTS5 beside the files, PostgreSQL's full-text search on
 PostgreSQL) is kept off the append path: the change feed marks a changed session *dirty* (another replica's
-changes included), and a background round (every ``INDEX_SECONDS``) reads what each dirty session gained through
-the storage seam and writes it to the index in one transaction. A search takes the index's candidates plus every
-session that is dirty or being indexed, and confirms each with the exact rule (:mod:`app.domain.search`) on the
-session as it is now: the index narrows, it never decides, so an answer is never wrong. Until a start has compared
-the index with the store (or while a damaged index is rebuilt), every session counts as not indexed and is searched
-directly.
+changes included), and a background round (every ``round_seconds`` of the engine) reads what each dirty session
+gained through the storage seam and writes it to the index in one transaction. A search takes the index's
+candidates plus every session that is dirty or being indexed, and confirms each with the exact rule
+(:mod:`app.domain.search`) on the session as it is now: the index narrows, it never decides, so an answer is never
+wrong. Until a start has compared the index with the store (or while a damaged index is rebuilt), every session
+counts as not indexed and is searched directly.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ __all__ = ["Searcher"]
 
 logger = logging.getLogger("forklog.search")
 
-INDEX_SECONDS = 0.25
 # With at most this many candidates, each is looked up and they are sorted; with more, the list is walked in order.
 FEW_CANDIDATES = 2000
 # Sessions read per page while the list is walked, and events per read of a session.
@@ -91,7 +90,7 @@ class Searcher:
                 await self._reconcile()
                 while True:
                     await self._round()
-                    await asyncio.sleep(INDEX_SECONDS)
+                    await asyncio.sleep(self._index.round_seconds)
                     await self._wake.wait()
                     self._wake.clear()
             except asyncio.CancelledError:

@@ -113,6 +113,10 @@ def _words_param(words: frozenset[str]) -> tuple[str, int]:
 class PostgresSearch:
     """The :class:`~app.backends.search.SearchEngine` in the database that ``connection`` reaches."""
 
+    # Each dirty session costs a round two reads and its share of a write, which compete with the appends for the
+    # pool and this process's CPU: a round a second takes the appends of that second to a session at once.
+    round_seconds = 1.0
+
     def __init__(self, connection: Callable[[Access], AbstractAsyncContextManager[Connection]]) -> None:
         self._connection = connection
 

@@ -125,9 +125,13 @@ class Searcher:
                 after = (page[-1].header.created_at, page[-1].id)
 
     async def _round(self) -> None:
-        """Index what the dirty sessions gained (a batch of them), in one transaction."""
-        while self._dirty:
-            taken = set(list(self._dirty)[:ROUND_SESSIONS])
+        """Index what the sessions dirty now gained, in transactions of up to ``ROUND_SESSIONS`` of them. Those that
+        change meanwhile wait for the next round: under a stream of appends a round takes a second's worth of each
+        session's appends at once, instead of chasing every append."""
+        backlog = len(self._dirty)
+        while self._dirty and backlog > 0:
+            taken = set(list(self._dirty)[: min(backlog, ROUND_SESSIONS)])
+            backlog -= len(taken)
             self._dirty -= taken
             self._pending = taken
             rows: list[IndexRow] = []

@@ -7,27 +7,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.api.app import create_app
+from app.api.settings import Settings
 from app.backends.errors import Access
 from app.backends.postgres import PostgresBackend
 from app.backends.postgres.search import WORD_CHARACTERS, PostgresSearch
 from app.backends.search import IndexRow
 from app.domain.clock import wall_clock_ms
-from app.domain.listing import ListQuery
 from app.domain.search import Query, SearchText
 from app.domain.session import SessionKey
 from app.service.sessions import SessionService
 from tests.events import assistant_message, step_end, step_start, turn_end, turn_start, user_message
 
 pytestmark = pytest.mark.anyio
-
-BY_UPDATE = ListQuery(order="updated", descending=True)
 
 
 @pytest.fixture
@@ -56,17 +57,47 @@ def conversation(question: str, answer: str, number: int = 1) -> list[Any]:
     ]
 
 
-async def found(service: SessionService, q: str, tenant: str = "default") -> list[str]:
-    page, _ = await service.page(tenant, parent=None, after=None, limit=100, query=BY_UPDATE, q=q)
-    return sorted(session.id for session, _ in page)
+@dataclass
+class Replica:
+    """A forklog server on the database, spoken to over HTTP (no network: its ASGI app)."""
+
+    client: httpx.AsyncClient
+    service: SessionService
+
+    async def found(self, q: str) -> list[str]:
+        response = await self.client.get("/sessions", params={"q": q})
+        assert response.status_code == 200, response.text
+        return sorted(item["id"] for item in response.json()["items"])
+
+    async def create(self, session_id: str, events: list[Any]) -> None:
+        response = await self.client.post("/sessions", json={"id": session_id, "seed": events})
+        assert response.status_code == 201, response.text
+
+    async def append(self, session_id: str, events: list[Any]) -> None:
+        response = await self.client.post(f"/sessions/{session_id}/events", json={"events": events})
+        assert response.status_code == 201, response.text
+
+    async def delete(self, session_id: str) -> None:
+        assert (await self.client.delete(f"/sessions/{session_id}")).status_code == 204
+
+    async def caught_up(self) -> None:
+        for _ in range(1000):
+            if self.service.searcher.caught_up:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the index never caught up")
 
 
-async def caught_up(service: SessionService) -> None:
-    for _ in range(500):
-        if service.searcher.caught_up:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the index never caught up")
+@contextlib.asynccontextmanager
+async def replica(url: str) -> AsyncIterator[Replica]:
+    app = create_app(Settings(database_url=url, log_level="warning"))
+    async with app.router.lifespan_context(app):
+        service: SessionService = app.state.service
+        while not service.ready:
+            await asyncio.sleep(0.01)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            yield Replica(client, service)
 
 
 async def eventually(check: Any, wanted: Any, seconds: float = 1.5) -> None:
@@ -149,74 +180,57 @@ async def test_a_row_another_replica_changed_meanwhile_is_not_written_over(engin
     assert await engine.candidates("default", ("stale",)) == set()
 
 
-async def test_a_restart_finds_what_was_indexed_without_rebuilding_it(forklog_db: str) -> None:
-    first = SessionService(PostgresBackend(forklog_db, clock=wall_clock_ms))
-    await first.start()
-    await first.create("default", "kept", conversation("durable words", "ok"), None)
-    await first.create("default", "other", conversation("something else", "ok"), None)
-    await caught_up(first)
-    await first.stop()
-    conn = await asyncpg.connect(forklog_db)
+async def search_rows(url: str) -> list[tuple[str, str]]:
+    """Each search row's session and row version (``xmin``: changed by every write of the row)."""
+    conn = await asyncpg.connect(url)
     try:
-        before = await conn.fetch("SELECT id, xmin::text FROM forklog_search ORDER BY id")
+        return [(row["id"], row["xmin"]) for row in await conn.fetch("SELECT id, xmin::text FROM forklog_search")]
     finally:
         await conn.close()
-    assert [row["id"] for row in before] == ["kept", "other"]
 
-    second = SessionService(PostgresBackend(forklog_db, clock=wall_clock_ms))
-    await second.start()
-    try:
-        await caught_up(second)
-        assert await found(second, "durable wor") == ["kept"]
-        conn = await asyncpg.connect(forklog_db)
-        try:
-            after = await conn.fetch("SELECT id, xmin::text FROM forklog_search ORDER BY id")
-        finally:
-            await conn.close()
-        assert after == before  # not one row written again
-    finally:
-        await second.stop()
+
+async def test_a_restart_finds_what_was_indexed_without_rebuilding_it(forklog_db: str) -> None:
+    async with replica(forklog_db) as first:
+        await first.create("kept", conversation("durable words", "ok"))
+        await first.create("other", conversation("something else", "ok"))
+        await first.caught_up()
+    before = sorted(await search_rows(forklog_db))
+    assert [session for session, _ in before] == ["kept", "other"]
+
+    async with replica(forklog_db) as second:
+        await second.caught_up()
+        assert await second.found("durable wor") == ["kept"]
+        assert sorted(await search_rows(forklog_db)) == before  # not one row written again
 
 
 async def test_a_session_no_replica_indexed_before_it_stopped_is_found_after_the_start(forklog_db: str) -> None:
-    first = SessionService(PostgresBackend(forklog_db, clock=wall_clock_ms))
-    await first.start()
-    await first.create("default", "unindexed", conversation("quiet lighthouse", "ok"), None)
-    await caught_up(first)
-    await first.stop()
+    async with replica(forklog_db) as first:
+        await first.create("unindexed", conversation("quiet lighthouse", "ok"))
+        await first.caught_up()
     conn = await asyncpg.connect(forklog_db)
     try:  # as if the replica that stored it had stopped before its round
         await conn.execute("DELETE FROM forklog_search")
     finally:
         await conn.close()
 
-    service = SessionService(PostgresBackend(forklog_db, clock=wall_clock_ms))
-    await service.start()
-    try:
-        assert await found(service, "lighthouse") == ["unindexed"]
-        await caught_up(service)
-        assert await found(service, "quiet light") == ["unindexed"]
-    finally:
-        await service.stop()
+    async with replica(forklog_db) as second:
+        assert await second.found("lighthouse") == ["unindexed"]
+        await second.caught_up()
+        assert await second.found("quiet light") == ["unindexed"]
+        assert [session for session, _ in await search_rows(forklog_db)] == ["unindexed"]
 
 
 async def test_a_second_replicas_changes_are_found(forklog_db: str) -> None:
-    one = SessionService(PostgresBackend(forklog_db, clock=wall_clock_ms))
-    two = SessionService(PostgresBackend(forklog_db, clock=wall_clock_ms))
-    await one.start()
-    await two.start()
-    try:
-        await one.create("default", "s", conversation("orange harbour", "ok"), None)
-        await eventually(lambda: found(two, "orange harb"), ["s"])
-        await one.append(SessionKey("default", "s"), conversation("violet canyon", "ok", 2))
-        await eventually(lambda: found(two, "violet cany"), ["s"])
-        await caught_up(one)
-        await caught_up(two)
-        assert await found(two, "orange violet") == ["s"]
-        await one.delete(SessionKey("default", "s"))
-        await eventually(lambda: found(two, "orange"), [])
-        await caught_up(two)
-        assert await found(two, "violet") == []
-    finally:
-        await one.stop()
-        await two.stop()
+    async with replica(forklog_db) as one, replica(forklog_db) as two:
+        await one.create("s", conversation("orange harbour", "ok"))
+        await eventually(lambda: two.found("orange harb"), ["s"])
+        await one.append("s", conversation("violet canyon", "ok", 2))
+        await eventually(lambda: two.found("violet cany"), ["s"])
+        await one.caught_up()
+        await two.caught_up()
+        assert await two.found("orange violet") == ["s"]
+        await one.delete("s")
+        await eventually(lambda: two.found("orange"), [])
+        await two.caught_up()
+        assert await two.found("violet") == []
+        assert await search_rows(forklog_db) == []  # the gone session's row is dropped

@@ -65,9 +65,10 @@ class _Summary:
 
 
 async def fill_old_states(conn: Connection, chains: ChainCache) -> int:
-    """Fill every listed log (waiting for those another replica fills); how many this call filled."""
+    """Fill every listed log (waiting for those another replica fills); how many this call filled. A database with
+    none listed is only read (a read-only role or a standby starts as before)."""
     filled = 0
-    while True:
+    while await conn.fetchval("SELECT EXISTS (SELECT 1 FROM forklog_state_fill)"):
         async with conn.transaction():
             logs = [row["log"] for row in await conn.fetch(_TAKE, FILL_LOGS)]
             for log in logs:
@@ -76,10 +77,9 @@ async def fill_old_states(conn: Connection, chains: ChainCache) -> int:
         filled += len(logs)
         if logs:
             logger.info("filled the sidebar's members of %d sessions stored by an older forklog", filled)
-            continue
-        if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM forklog_state_fill)"):
-            return filled
-        await asyncio.sleep(0.2)  # another replica fills the rest
+        else:
+            await asyncio.sleep(0.2)  # another replica fills the rest
+    return filled
 
 
 async def _fill(conn: Connection, chains: ChainCache, log: int) -> None:

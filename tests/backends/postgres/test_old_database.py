@@ -13,6 +13,9 @@ from starlette.testclient import TestClient
 
 from app.api.app import create_app
 from app.api.settings import Settings
+from app.backends.postgres import PostgresBackend
+from app.domain.clock import wall_clock_ms
+from app.domain.session import DEFAULT_TENANT, SessionKey
 from tests.api.builders import assistant_message, step_end, step_start, turn_end, turn_start
 from tests.api.helpers import append, create, fork, get_session, wait_ready
 from tests.events import user_message
@@ -115,3 +118,30 @@ def test_an_upgraded_server_serves_the_sessions_an_older_one_stored(forklog_db: 
         ]
     finally:
         new.__exit__(None, None, None)
+
+
+def test_replicas_starting_together_on_an_older_database_share_the_fill(forklog_db: str, tmp_path: Path) -> None:
+    old = serve(forklog_db, tmp_path / "one")
+    for number in range(120):  # more than one batch of the fill
+        create(old, id=f"s{number}", seed=[title(f"Trip {number}"), *turn(1, f"question {number}", "ok")])
+    before = {item["id"]: item for item in old.get("/sessions", params={"limit": 1000}).json()["items"]}
+    old.__exit__(None, None, None)
+    asyncio.run(as_version_3_left_it(forklog_db))
+
+    async def start_two() -> list[dict[str, Any]]:
+        replicas = [PostgresBackend(forklog_db, clock=wall_clock_ms) for _ in range(2)]
+        await asyncio.gather(*(replica.open() for replica in replicas))
+        try:
+            found = []
+            for number in range(120):
+                for replica in replicas:
+                    session = await replica.find(SessionKey(DEFAULT_TENANT, f"s{number}"))
+                    assert session is not None
+                    found.append({"id": session.id, "title": session.head.title})
+            return found
+        finally:
+            for replica in replicas:
+                await replica.close()
+
+    for session in asyncio.run(start_two()):
+        assert session["title"] == before[session["id"]]["title"] == f"Trip {session['id'][1:]}"

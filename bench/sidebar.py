@@ -8,6 +8,11 @@ in that process and each figure is the median server time of a request through t
 the search index has caught up. The two-word search names words only one session holds (its matches fit a page).
 Appends: one-event batches to 100 sessions for ``BENCH_APPEND_SECONDS`` (default 5) each way, the search index's
 background rounds running (on) or stopped (off).
+
+On PostgreSQL (a throwaway cluster, fsync off): the first page by ``order=updated`` on empty sessions, and the
+two-word search on one-turn sessions copied in SQL from one made through the backend (its events, checkpoint and
+search row, each copy with its own words), served by the app on that database with PostgreSQL's full-text search;
+appends with the search on and off as above.
 """
 
 from __future__ import annotations
@@ -202,29 +207,152 @@ async def _postgres_listing(count: int) -> list[Row]:
         cluster.close()
 
 
-def run(folder: Path) -> list[Row]:
-    sizes = [int(size) for size in os.environ.get("BENCH_SIDEBAR_SESSIONS", "10000,100000").split(",")]
-    rows: list[Row] = []
-    for size in sizes:
-        rows += asyncio.run(_listing(size, folder))
-        rows += asyncio.run(_postgres_listing(size))
-    seconds = env_int("BENCH_APPEND_SECONDS", 5)
-    without = asyncio.run(_appends(folder / "appends-off", seconds, search=False))
-    with_search = asyncio.run(_appends(folder / "appends-on", seconds, search=True))
+# Copies of the session s0 (made through the backend) as s1 .. s{N-1}, each with its own log, events, checkpoint and
+# search row: its words service0 and region0 become service{n} and region{n}.
+_PG_COPY = """
+CREATE TEMP TABLE numbers AS SELECT n FROM generate_series(1, $1::int - 1) AS n;
+CREATE TEMP TABLE template AS SELECT * FROM forklog_sessions WHERE id = 's0';
+CREATE TEMP TABLE log_copies AS SELECT l.*, n FROM forklog_logs l, numbers WHERE l.id = (SELECT log FROM template);
+UPDATE log_copies SET id = 1000000 + n, session_id = 's' || n, instance = md5(n::text);
+ALTER TABLE log_copies DROP COLUMN n;
+INSERT INTO forklog_logs SELECT * FROM log_copies;
+INSERT INTO forklog_events (log, seq, line)
+    SELECT 1000000 + n, seq, replace(line, 'service0 to region0', 'service' || n || ' to region' || n)
+    FROM forklog_events, numbers WHERE log = (SELECT log FROM template);
+INSERT INTO forklog_surface (log, seq, start_seq, end_seq)
+    SELECT 1000000 + n, seq, start_seq, end_seq FROM forklog_surface, numbers WHERE log = (SELECT log FROM template);
+INSERT INTO forklog_turn_ends (log, seq, time, checkpoint)
+    SELECT 1000000 + n, seq, time, checkpoint FROM forklog_turn_ends, numbers WHERE log = (SELECT log FROM template);
+CREATE TEMP TABLE session_copies AS SELECT t.*, n FROM template t, numbers;
+UPDATE session_copies SET id = 's' || n, instance = md5(n::text), log = 1000000 + n, created_at = created_at + n,
+    updated_at = updated_at + n, change_seq = nextval('forklog_changes'),
+    state = replace(state, 'service0 to region0', 'service' || n || ' to region' || n);
+ALTER TABLE session_copies DROP COLUMN n;
+INSERT INTO forklog_sessions SELECT * FROM session_copies;
+INSERT INTO forklog_search (tenant, id, instance, count, size, words)
+    SELECT 'default', 's' || n, md5(n::text), x.count, x.size,
+        array_to_tsvector(
+            array_remove(array_remove(tsvector_to_array(x.words), 'service0'), 'region0')
+            || array['service' || n, 'region' || n]
+        )
+    FROM forklog_search x, numbers WHERE x.id = 's0';
+"""
+
+
+async def _pg_cluster() -> PostgresCluster | str:
+    try:
+        cluster = PostgresCluster(fsync=False)
+        cluster.start()
+    except PostgresError as exc:
+        return str(exc)
+    return cluster
+
+
+async def _postgres_search(count: int) -> list[Row]:
+    """The two-word search on PostgreSQL's full-text search, ``count`` one-turn sessions."""
+    measure = f"two-word search on PostgreSQL, {count:,} one-turn sessions"
+    cluster = await _pg_cluster()
+    if isinstance(cluster, str):
+        return [skipped("sidebar", measure, cluster)]
+    try:
+        url = cluster.url(cluster.create_database(fresh_database_name("forklog_search")))
+        service = SessionService(PostgresBackend(url, clock=wall_clock_ms))
+        await service.start()
+        await service.create("default", "s0", _turn(0), {"cwd": "/work"})
+        await _caught_up(service)
+        await service.stop()
+        started = time.perf_counter()
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(_PG_COPY.replace("$1::int", str(int(count))))
+            await conn.execute("VACUUM ANALYZE")
+        finally:
+            await conn.close()
+        log(f"sidebar: {count} sessions copied on PostgreSQL in {time.perf_counter() - started:.1f} s")
+        app = create_app(Settings(database_url=url, log_level="warning"))
+        service = app.state.service
+        async with app.router.lifespan_context(app):
+            started = time.perf_counter()
+            while not service.ready:
+                await asyncio.sleep(0.01)
+            await _caught_up(service)
+            log(f"sidebar: started on PostgreSQL, index found current in {time.perf_counter() - started:.2f} s")
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+                number = count // 2
+                search, found = await _median_ms(client, {"q": f"service{number} region{number}"})
+        return [Row("sidebar", measure, f"{search:.1f} ms", target="<= 50 ms", met=search <= 50 and found == 1)]
+    finally:
+        cluster.close()
+
+
+async def _postgres_appends(seconds: float, *, search: bool) -> float | str:
+    """Appends per second on PostgreSQL (100 sessions, one event a batch), the search's rounds running or not."""
+    cluster = await _pg_cluster()
+    if isinstance(cluster, str):
+        return cluster
+    try:
+        url = cluster.url(cluster.create_database(fresh_database_name("forklog_appends")))
+        service = SessionService(PostgresBackend(url, clock=wall_clock_ms))
+        await service.start()
+        try:
+            if not search:
+                await service.searcher.stop()
+            for number in range(100):
+                await service.create("default", f"a{number}", _turn(number), None)
+            done = 0
+            deadline = time.perf_counter() + seconds
+
+            async def writer(number: int) -> None:
+                nonlocal done
+                session = SessionKey("default", f"a{number}")
+                while time.perf_counter() < deadline:
+                    await service.append(session, [{"type": "forklog-bench/note", "data": {"text": "more words"}}])
+                    done += 1
+
+            started = time.perf_counter()
+            await asyncio.gather(*(writer(number) for number in range(100)))
+            return done / (time.perf_counter() - started)
+        finally:
+            await service.stop()
+    finally:
+        cluster.close()
+
+
+def _append_rows(where: str, without: float, with_search: float) -> list[Row]:
     ratio = with_search / without
-    rows.append(Row("sidebar", "appends/s, search index off", f"{without:,.0f}"))
-    rows.append(
+    return [
+        Row("sidebar", f"appends/s{where}, search index off", f"{without:,.0f}"),
         Row(
             "sidebar",
-            "appends/s, search index on",
+            f"appends/s{where}, search index on",
             f"{with_search:,.0f}",
             "index off",
             f"{without:,.0f}",
             ratio=ratio,
             target=">= 0.9x",
             met=ratio >= 0.9,
-        )
-    )
+        ),
+    ]
+
+
+def run(folder: Path) -> list[Row]:
+    sizes = [int(size) for size in os.environ.get("BENCH_SIDEBAR_SESSIONS", "10000,100000").split(",")]
+    rows: list[Row] = []
+    for size in sizes:
+        rows += asyncio.run(_listing(size, folder))
+        rows += asyncio.run(_postgres_listing(size))
+        rows += asyncio.run(_postgres_search(size))
+    seconds = env_int("BENCH_APPEND_SECONDS", 5)
+    without = asyncio.run(_appends(folder / "appends-off", seconds, search=False))
+    with_search = asyncio.run(_appends(folder / "appends-on", seconds, search=True))
+    rows += _append_rows("", without, with_search)
+    pg_without = asyncio.run(_postgres_appends(seconds, search=False))
+    pg_with = asyncio.run(_postgres_appends(seconds, search=True))
+    if isinstance(pg_without, str) or isinstance(pg_with, str):
+        rows.append(skipped("sidebar", "appends/s on PostgreSQL, search index on and off", str(pg_without)))
+    else:
+        rows += _append_rows(" on PostgreSQL", pg_without, pg_with)
     return rows
 
 

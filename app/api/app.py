@@ -27,7 +27,6 @@ from app.api.telemetry import StorageTelemetry
 from app.api.tracing import Tracing, provider_from_environment
 from app.api.ui import static_mounts
 from app.backends.base import Backend
-from app.backends.files import FileBackend
 from app.backends.open import open_named_backend
 from app.domain.limits import TenantLimits
 from app.domain.session import DEFAULT_TENANT
@@ -73,15 +72,12 @@ def create_app(
     provider = tracer_provider if tracer_provider is not None else provider_from_environment()
     tracing = Tracing(provider, dropped=metrics.span_dropped if metrics else None) if provider is not None else None
     store = backend if backend is not None else open_backend(settings)
-    # The search index lives beside the files (per data directory); other stores rebuild it in memory at a start.
-    search_index = store.data_dir / "search" / "search.sqlite3" if isinstance(store, FileBackend) else None
     if metrics is not None or tracing is not None:
         store.observer = StorageTelemetry(metrics, tracing)
     service = SessionService(
         store,
         observer=metrics or NO_SESSION_OBSERVER,
         tenant_limits=tenant_limits,
-        search_index=search_index,
         answers=WIRE_ANSWERS,
     )
     # A reload wakes every stream and long-poll, so that those of a removed key end (app.api.keys_in_force).

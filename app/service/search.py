@@ -1,11 +1,13 @@
 """Search (spec 12): a session matches when its searchable text holds every word of the query, the last as a prefix.
 
-The index (:mod:`app.service.search_index`) is kept off the append path: the change feed marks a changed session
-*dirty*, and a background round (every ``INDEX_SECONDS``) reads what each dirty session gained through the storage
-seam and writes it to the index in one transaction. A search takes the index's candidates plus every session that
-is dirty or being indexed, and confirms each with the exact rule (:mod:`app.domain.search`) on the session as it is
-now: the index narrows, it never decides, so an answer is never wrong. Until a start has compared the index with the
-store (or while a damaged index is rebuilt), every session counts as not indexed and is searched directly.
+The index (an engine of :mod:`app.backends.search`: FTS5 beside the files, PostgreSQL's full-text search on
+PostgreSQL) is kept off the append path: the change feed marks a changed session *dirty* (another replica's
+changes included), and a background round (every ``round_seconds`` of the engine) reads what each dirty session
+gained through the storage seam and writes it to the index in one transaction. A search takes the index's
+candidates plus every session that is dirty or being indexed, and confirms each with the exact rule
+(:mod:`app.domain.search`) on the session as it is now: the index narrows, it never decides, so an answer is never
+wrong. Until a start has compared the index with the store (or while a damaged index is rebuilt), every session
+counts as not indexed and is searched directly.
 """
 
 from __future__ import annotations
@@ -21,16 +23,16 @@ import orjson
 
 from app.backends.base import Backend, each_session
 from app.backends.errors import SessionCorrupt, StorageUnavailable
+from app.backends.search import IndexDamaged, IndexRow, ProvidesSearchEngine, SearchEngine
+from app.backends.search_index import SqliteSearchEngine
 from app.domain.listing import PageRequest
 from app.domain.search import Match, Query, SearchText
 from app.domain.session import Session, SessionKey
-from app.service.search_index import IndexDamaged, IndexedSession, SearchIndex
 
 __all__ = ["Searcher"]
 
 logger = logging.getLogger("forklog.search")
 
-INDEX_SECONDS = 0.25
 # With at most this many candidates, each is looked up and they are sorted; with more, the list is walked in order.
 FEW_CANDIDATES = 2000
 # Sessions read per page while the list is walked, and events per read of a session.
@@ -43,16 +45,21 @@ ROUND_SESSIONS = 2000
 class Searcher:
     """Searches one store's sessions, and keeps their index."""
 
-    def __init__(self, backend: Backend, index_path: Path | None) -> None:
+    def __init__(self, backend: Backend, index_path: Path | None = None) -> None:
+        """The index is FTS5 in ``index_path`` if given, else the backend's own engine (FTS5 in memory without)."""
         self._backend = backend
-        self._index = SearchIndex(index_path)
-        self._indexed: dict[SessionKey, IndexedSession] = {}
+        self._index: SearchEngine
+        if index_path is not None:
+            self._index = SqliteSearchEngine(index_path)
+        elif isinstance(backend, ProvidesSearchEngine):
+            self._index = backend.search_engine()
+        else:
+            self._index = SqliteSearchEngine(None)
         self._dirty: set[SessionKey] = set()
         self._pending: set[SessionKey] = set()
         self._ready = False  # the index has been compared with the store: what it holds can be trusted
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
@@ -66,7 +73,7 @@ class Searcher:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await asyncio.to_thread(self._index.close)
+        await self._index.close()
 
     @property
     def caught_up(self) -> bool:
@@ -84,43 +91,47 @@ class Searcher:
                 await self._reconcile()
                 while True:
                     await self._round()
-                    await asyncio.sleep(INDEX_SECONDS)
+                    await asyncio.sleep(self._index.round_seconds)
                     await self._wake.wait()
                     self._wake.clear()
             except asyncio.CancelledError:
                 raise
             except IndexDamaged as exc:
                 logger.warning("the search index failed (%s); it is rebuilt", exc)
-                await asyncio.to_thread(self._index.reset)
+                await self._index.reset()
             except StorageUnavailable:
                 await asyncio.sleep(1.0)
             except Exception:
                 logger.exception("the search index failed; it is rebuilt")
-                await asyncio.to_thread(self._index.reset)
+                await self._index.reset()
             self._ready = False
             await asyncio.sleep(0.5)
 
     async def _reconcile(self) -> None:
-        """Open the index and mark dirty every session it does not hold as it is (and drop the rows of the gone)."""
+        """Open the index and mark dirty every session it does not hold as it is (and the rows of the gone)."""
         self._ready = False
-        self._indexed = await asyncio.to_thread(self._index.open)
-        live: set[SessionKey] = set()
-        for tenant in await self._backend.tenants():
-            async for session in each_session(self._backend, tenant, PageRequest(WALK_PAGE)):
-                live.add(session.key)
-                if self._indexed.get(session.key) != (session.header.instance, session.head.count):
-                    self._dirty.add(session.key)
-        self._dirty |= set(self._indexed) - live
+        await self._index.open()
+        self._dirty |= await self._index.stale(self._every)
         self._ready = True
 
+    async def _every(self) -> AsyncIterator[Session]:
+        for tenant in await self._backend.tenants():
+            async for session in each_session(self._backend, tenant, PageRequest(WALK_PAGE)):
+                yield session
+
     async def _round(self) -> None:
-        """Index what the dirty sessions gained (a batch of them), in one transaction."""
-        while self._dirty:
-            taken = set(list(self._dirty)[:ROUND_SESSIONS])
+        """Index what the sessions dirty now gained, in transactions of up to ``ROUND_SESSIONS`` of them. Those that
+        change meanwhile wait for the next round: under a stream of appends a round takes a second's worth of each
+        session's appends at once, instead of chasing every append."""
+        backlog = len(self._dirty)
+        while self._dirty and backlog > 0:
+            taken = set(list(self._dirty)[: min(backlog, ROUND_SESSIONS)])
+            backlog -= len(taken)
             self._dirty -= taken
             self._pending = taken
-            rows: list[tuple[SessionKey, IndexedSession, set[str], bool]] = []
+            rows: list[IndexRow] = []
             dropped: list[SessionKey] = []
+            indexed = await self._index.covered(taken)
             for key in taken:
                 try:
                     session = await self._backend.find(key)
@@ -129,19 +140,16 @@ class Searcher:
                 if session is None:
                     dropped.append(key)
                     continue
-                known = self._indexed.get(key)
+                known = indexed.get(key)
                 anew = known is None or known[0] != session.header.instance or known[1] > session.head.count
                 start = 0 if anew or known is None else known[1]
                 text = SearchText(cwd=session.header.cwd if anew else None)
                 async for event in self._events(session, start):
                     text.add(event)
-                rows.append((key, (session.header.instance, session.head.count), text.all_words(), anew))
-            async with self._lock:
-                await asyncio.to_thread(self._index.write, rows, dropped)
-            for key, covered, _, _ in rows:
-                self._indexed[key] = covered
-            for key in dropped:
-                self._indexed.pop(key, None)
+                covers = (session.header.instance, session.head.count)
+                rows.append(IndexRow(key, covers, frozenset(text.all_words()), anew, known))
+            raced = await self._index.write(rows, dropped)
+            self._dirty |= raced  # another replica wrote them meanwhile: read again
             self._pending = set()
 
     async def _events(self, session: Session, start: int) -> AsyncIterator[dict[str, object]]:
@@ -171,15 +179,14 @@ class Searcher:
         if not self._ready or not wanted.words:
             return None
         try:
-            async with self._lock:
-                found = await asyncio.to_thread(self._index.candidates, tenant, wanted.words)
+            found = await self._index.candidates(tenant, wanted.words)
         except IndexDamaged as exc:
             logger.warning("the search index failed (%s); it is rebuilt", exc)
             self._ready = False
             if self._task is not None:
                 self._task.cancel()
                 self._task = None
-            await asyncio.to_thread(self._index.reset)
+            await self._index.reset()
             self.start()
             return None
         unsure = {key.id for key in (*self._dirty, *self._pending) if key.tenant == tenant}

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
+from app.backends.base import Backend
 from app.backends.files import FileBackend
 from app.backends.memory import MemoryBackend
+from app.backends.postgres import PostgresBackend
 from app.domain.listing import ListQuery, PageRequest
 from app.domain.session import SessionKey
 from app.service.sessions import SessionService, wall_clock_ms
@@ -27,9 +29,13 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture
-async def service() -> AsyncIterator[SessionService]:
-    running = SessionService(MemoryBackend(clock=wall_clock_ms))
+@pytest.fixture(params=["memory", "postgres"])
+async def service(request: pytest.FixtureRequest) -> AsyncIterator[SessionService]:
+    """A service whose searches use FTS5 in memory, or PostgreSQL's full-text search."""
+    backend: Backend = MemoryBackend(clock=wall_clock_ms)
+    if request.param == "postgres":
+        backend = PostgresBackend(request.getfixturevalue("forklog_db"), clock=wall_clock_ms)
+    running = SessionService(backend)
     await running.start()
     try:
         yield running

@@ -44,6 +44,7 @@ from app.backends.files.journal import JOURNAL_NAME, Journal
 from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, parse_header
 from app.backends.files.writer import OPEN_FILES, AppendWriter
 from app.backends.observer import StorageObserver
+from app.backends.search_index import SqliteSearchEngine
 from app.domain.errors import SessionAlreadyExists
 from app.domain.log import SessionLog, StagedEvents
 from app.domain.session import Session, SessionHeader, SessionKey, head_of
@@ -128,6 +129,10 @@ class FileBackend(CatalogReads):
     @property
     def data_dir(self) -> Path:
         return self.datadir.root
+
+    def search_engine(self) -> SqliteSearchEngine:
+        """The search index lives beside the files: FTS5 in ``search/search.sqlite3`` of the data directory."""
+        return SqliteSearchEngine(self.data_dir / "search" / "search.sqlite3")
 
     @property
     def observer(self) -> StorageObserver:

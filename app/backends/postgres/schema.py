@@ -25,6 +25,12 @@ Tables (every name starts with ``forklog_``):
   or can count them). ``clock``, the one row of schema version 1 that all tenants shared, is no longer written (kept
   for a version-1 replica still running during an upgrade).
 
+- ``search``: per session, the words of its searchable text as a ``tsvector`` (GIN index) and the incarnation and
+  count of events they cover (version 5; :mod:`app.backends.postgres.search`).
+
+- ``state_fill``: the logs whose rows an older forklog wrote without the sidebar's members (version 6), emptied by
+  the next start (:mod:`app.backends.postgres.state_fill`).
+
 ``sessions.bytes`` (version 3) is the session's log as ``export`` writes it, header line included, or NULL where it
 is not known yet (see :mod:`app.backends.postgres.quotas`).
 """
@@ -146,6 +152,31 @@ MIGRATIONS: tuple[str, ...] = (
         SET updated_at = GREATEST(created_at, COALESCE((state::jsonb ->> 0)::bigint, created_at));
     ALTER TABLE forklog_sessions ALTER COLUMN updated_at SET NOT NULL;
     CREATE INDEX forklog_sessions_updated ON forklog_sessions (tenant, updated_at, id);
+    """,
+    # 5: search (spec 12) with PostgreSQL's own full-text search: each session's words (see
+    # app.backends.postgres.search), filled in the background by every replica (sessions without a row yet are
+    # searched directly meanwhile).
+    """
+    CREATE TABLE forklog_search (
+        tenant text COLLATE "C" NOT NULL,
+        id text COLLATE "C" NOT NULL,
+        instance text NOT NULL,
+        count bigint NOT NULL,
+        size bigint NOT NULL,
+        words tsvector,
+        PRIMARY KEY (tenant, id)
+    );
+    CREATE INDEX forklog_search_words ON forklog_search USING gin (words);
+    CREATE INDEX forklog_search_unbounded ON forklog_search (tenant) WHERE words IS NULL;
+    """,
+    # 6: the logs whose rows an older forklog wrote without the sidebar's members (a state of 8 columns, a
+    # checkpoint of 3), filled from their events by the next start (app.backends.postgres.state_fill).
+    """
+    CREATE TABLE forklog_state_fill (log bigint PRIMARY KEY);
+    INSERT INTO forklog_state_fill (log)
+        SELECT log FROM forklog_sessions WHERE jsonb_array_length(state::jsonb) = 8
+        UNION
+        SELECT DISTINCT log FROM forklog_turn_ends WHERE jsonb_array_length(checkpoint::jsonb) = 3;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,28 +1,29 @@
-"""The search index: SQLite's FTS5 (the standard library's ``sqlite3``) over each session's words.
+"""The search engine beside the files (or in memory): SQLite's FTS5 (the standard library's ``sqlite3``).
 
 One row per session holds the set of its searchable words (lower case, as :func:`app.domain.search.words` cuts
 them, so FTS5's ``unicode61`` tokenizer sees each as exactly one token; ``remove_diacritics 0``: diacritics do not
 fold) and, beside it, which incarnation and how many events it covers. A row only ever gains words (a renamed
 session keeps its old title's words until it is indexed anew): the index answers a superset of the matches, and the
-exact rule decides. Every call runs in one worker thread at a time (the caller's lock); a damaged file is replaced.
+exact rule decides. Every call runs in one worker thread at a time; a damaged file is replaced. Only this process
+writes it, so :class:`SqliteSearchEngine` keeps what each row covers in memory too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
+from app.backends.search import IndexDamaged, IndexedSession, IndexRow, SessionWalk
 from app.domain.session import SessionKey
 
-__all__ = ["IndexDamaged", "IndexedSession", "SearchIndex"]
+__all__ = ["SearchIndex", "SqliteSearchEngine"]
 
 logger = logging.getLogger("forklog.search")
-
-IndexedSession = tuple[str, int]  # the incarnation and how many of its events the row covers
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS indexed (
@@ -36,10 +37,6 @@ CREATE TABLE IF NOT EXISTS indexed (
 CREATE INDEX IF NOT EXISTS indexed_doc ON indexed (doc);
 CREATE VIRTUAL TABLE IF NOT EXISTS docs USING fts5(words, tokenize = "unicode61 remove_diacritics 0");
 """
-
-
-class IndexDamaged(Exception):
-    """The index cannot be read or written: it is rebuilt, and searches meanwhile read the sessions themselves."""
 
 
 class SearchIndex:
@@ -172,3 +169,52 @@ class SearchIndex:
         """See :meth:`_candidates_unlocked`."""
         with self._busy:
             return self._candidates_unlocked(tenant, words)
+
+
+class SqliteSearchEngine:
+    """The :class:`~app.backends.search.SearchEngine` of an FTS5 index in ``path`` (None: in memory)."""
+
+    round_seconds = 0.25
+
+    def __init__(self, path: Path | None) -> None:
+        self._index = SearchIndex(path)
+        self._indexed: dict[SessionKey, IndexedSession] = {}
+        self._lock = asyncio.Lock()  # one call at a time, so that none waits for the worker thread's lock
+
+    async def open(self) -> None:
+        async with self._lock:
+            self._indexed = await asyncio.to_thread(self._index.open)
+
+    async def reset(self) -> None:
+        async with self._lock:
+            self._indexed = {}
+            await asyncio.to_thread(self._index.reset)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._index.close)
+
+    async def stale(self, every: SessionWalk) -> set[SessionKey]:
+        live: set[SessionKey] = set()
+        found: set[SessionKey] = set()
+        async for session in every():
+            live.add(session.key)
+            if self._indexed.get(session.key) != (session.header.instance, session.head.count):
+                found.add(session.key)
+        return found | (set(self._indexed) - live)
+
+    async def covered(self, keys: Collection[SessionKey]) -> dict[SessionKey, IndexedSession]:
+        return {key: self._indexed[key] for key in keys if key in self._indexed}
+
+    async def write(self, rows: Sequence[IndexRow], dropped: Collection[SessionKey]) -> set[SessionKey]:
+        written = [(row.key, row.covers, set(row.words), row.anew) for row in rows]
+        async with self._lock:
+            await asyncio.to_thread(self._index.write, written, dropped)
+        for row in rows:
+            self._indexed[row.key] = row.covers
+        for key in dropped:
+            self._indexed.pop(key, None)
+        return set()
+
+    async def candidates(self, tenant: str, words: tuple[str, ...]) -> set[str]:
+        async with self._lock:
+            return await asyncio.to_thread(self._index.candidates, tenant, words)

@@ -1,0 +1,121 @@
+"""What a forklog older than schema version 6 stored without the sidebar's members, filled from the stored events.
+
+Before spec 12 a session row's ``state`` held 8 columns and a ``turn/end``'s checkpoint 3: neither the bytes of the
+log (``body_bytes``), nor its title and preview (and their seqs). Migration 6 lists the logs that hold such rows in
+``forklog_state_fill``; a start reads each listed log's events once (its fork chain included) and writes the
+missing columns, before the backend serves: an old session then reads, lists, searches, forks and appends as a new
+one. Replicas starting together share the list (``SKIP LOCKED``) and each waits until it is empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from app.backends.postgres.chains import ChainCache
+from app.backends.postgres.pool import Connection
+from app.domain.summary import TITLE_TYPE, preview_of, title_of
+
+__all__ = ["fill_old_states"]
+
+logger = logging.getLogger("forklog.storage")
+
+OLD_STATE_COLUMNS = 8
+OLD_CHECKPOINT_COLUMNS = 3
+# Logs filled per transaction, and events read per statement.
+FILL_LOGS = 50
+READ_EVENTS = 20_000
+
+_TAKE = "SELECT log FROM forklog_state_fill ORDER BY log LIMIT $1 FOR UPDATE SKIP LOCKED"
+_SESSION = "SELECT count, state FROM forklog_sessions WHERE log = $1"
+_OLD_CHECKPOINTS = f"""
+SELECT seq, checkpoint FROM forklog_turn_ends
+WHERE log = $1 AND jsonb_array_length(checkpoint::jsonb) = {OLD_CHECKPOINT_COLUMNS} ORDER BY seq
+"""
+_LINES = """
+SELECT e.seq, e.line FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS p (log, lo, hi)
+JOIN forklog_events e ON e.log = p.log AND e.seq >= p.lo AND e.seq < p.hi ORDER BY e.seq
+"""
+
+
+@dataclass(slots=True)
+class _Summary:
+    """What the new columns say of a log's first events, read one event at a time."""
+
+    body_bytes: int = 0
+    title: str | None = None
+    title_seq: int | None = None
+    preview: str | None = None
+    preview_seq: int | None = None
+
+    def add(self, seq: int, line: str) -> None:
+        self.body_bytes += len(line.encode()) + 1
+        if TITLE_TYPE not in line and "user/message" not in line:
+            return  # neither a title nor a message: nothing to parse
+        event = orjson.loads(line)
+        kind = event.get("type")
+        if kind == TITLE_TYPE:
+            self.title, self.title_seq = title_of(event.get("data")), seq
+        elif kind == "user/message" and self.preview_seq is None:
+            self.preview, self.preview_seq = preview_of(event.get("data")), seq
+
+
+async def fill_old_states(conn: Connection, chains: ChainCache) -> int:
+    """Fill every listed log (waiting for those another replica fills); how many this call filled. A database with
+    none listed is only read (a read-only role or a standby starts as before)."""
+    filled = 0
+    while await conn.fetchval("SELECT EXISTS (SELECT 1 FROM forklog_state_fill)"):
+        async with conn.transaction():
+            logs = [row["log"] for row in await conn.fetch(_TAKE, FILL_LOGS)]
+            for log in logs:
+                await _fill(conn, chains, log)
+                await conn.execute("DELETE FROM forklog_state_fill WHERE log = $1", log)
+        filled += len(logs)
+        if logs:
+            logger.info("filled the sidebar's members of %d sessions stored by an older forklog", filled)
+        else:
+            await asyncio.sleep(0.2)  # another replica fills the rest
+    return filled
+
+
+async def _fill(conn: Connection, chains: ChainCache, log: int) -> None:
+    session = await conn.fetchrow(_SESSION, log)
+    state: list[Any] | None = None
+    if session is not None and len(old := orjson.loads(session["state"])) == OLD_STATE_COLUMNS:
+        state = old
+    checkpoints = {seq: orjson.loads(text) for seq, text in await conn.fetch(_OLD_CHECKPOINTS, log)}
+    stop = max(session["count"] if state is not None and session is not None else 0, max(checkpoints, default=-1) + 1)
+    if stop == 0 and state is None:
+        return
+    try:
+        chain = await chains.get(conn, log)
+    except LookupError:
+        return  # reclaimed meanwhile
+    summary = _Summary()
+    for start in range(0, stop, READ_EVENTS):
+        end = min(stop, start + READ_EVENTS)
+        lines = await conn.fetch(_LINES, *chain.arrays(start, end))
+        if len(lines) != end - start:
+            logger.warning("log %d: events %d..%d are not all stored; its old rows stay as they are", log, start, end)
+            return
+        for seq, line in lines:
+            summary.add(seq, line)
+            if seq in checkpoints:
+                await conn.execute(
+                    "UPDATE forklog_turn_ends SET checkpoint = $3 WHERE log = $1 AND seq = $2",
+                    log,
+                    seq,
+                    orjson.dumps([*checkpoints.pop(seq), summary.body_bytes]).decode(),
+                )
+    if state is not None and session is not None:
+        columns = [*state, summary.body_bytes, summary.title, summary.title_seq, summary.preview, summary.preview_seq]
+        await conn.execute(
+            "UPDATE forklog_sessions SET state = $2 WHERE log = $1 AND state = $3",
+            log,
+            orjson.dumps(columns).decode(),
+            session["state"],
+        )

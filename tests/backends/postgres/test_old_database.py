@@ -1,0 +1,147 @@
+"""A database an older forklog wrote (schema version 3, before spec 12): today's forklog migrates it and serves its
+sessions with their title, preview, bytes and updatedAt, and reads, lists, searches, forks and appends them."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import orjson
+from starlette.testclient import TestClient
+
+from app.api.app import create_app
+from app.api.settings import Settings
+from app.backends.postgres import PostgresBackend
+from app.domain.clock import wall_clock_ms
+from app.domain.session import DEFAULT_TENANT, SessionKey
+from tests.api.builders import assistant_message, step_end, step_start, turn_end, turn_start
+from tests.api.helpers import append, create, fork, get_session, wait_ready
+from tests.events import user_message
+
+SIDEBAR = ("title", "preview", "bytes", "updatedAt", "eventCount", "lastTurnEndSeq")
+
+
+def turn(number: int, question: str, answer: str) -> list[Any]:
+    return [
+        turn_start(number),
+        user_message(question),
+        step_start(number),
+        assistant_message(number, 1, answer),
+        step_end(number),
+        turn_end(number),
+    ]
+
+
+def title(text: str) -> dict[str, Any]:
+    return {"type": "session/title", "data": {"title": text}}
+
+
+def serve(url: str, data_dir: Path) -> TestClient:
+    client = TestClient(
+        create_app(Settings(data_dir=data_dir, fsync=False, database_url=url)), base_url="http://localhost"
+    )
+    client.__enter__()
+    wait_ready(client)
+    return client
+
+
+async def as_version_3_left_it(url: str) -> None:
+    """Rewrite the database as forklog's schema version 3 wrote it: the rules' state of 8 columns and checkpoints of
+    3 (``encode_state`` and ``encode_checkpoint`` of that code: orjson of the list), no updated_at, no search."""
+    conn = await asyncpg.connect(url)
+    try:
+        async with conn.transaction():
+            for log, state in await conn.fetch("SELECT log, state FROM forklog_sessions"):
+                old = orjson.dumps(orjson.loads(state)[:8]).decode()
+                await conn.execute("UPDATE forklog_sessions SET state = $2 WHERE log = $1", log, old)
+            for log, seq, point in await conn.fetch("SELECT log, seq, checkpoint FROM forklog_turn_ends"):
+                old = orjson.dumps(orjson.loads(point)[:3]).decode()
+                await conn.execute(
+                    "UPDATE forklog_turn_ends SET checkpoint = $3 WHERE log = $1 AND seq = $2", log, seq, old
+                )
+            await conn.execute("ALTER TABLE forklog_sessions DROP COLUMN updated_at")
+            await conn.execute("DROP TABLE forklog_search")
+            await conn.execute("DROP TABLE forklog_state_fill")
+            await conn.execute("UPDATE forklog_schema SET version = 3")
+    finally:
+        await conn.close()
+
+
+def test_an_upgraded_server_serves_the_sessions_an_older_one_stored(forklog_db: str, tmp_path: Path) -> None:
+    old = serve(forklog_db, tmp_path / "one")
+    create(old, id="plain", seed=turn(1, "Where is the   harbour?", "Down the hill"), meta={"cwd": "/port"})
+    create(old, id="titled", seed=[title("Boat trip"), *turn(1, "rent a boat", "ok"), title("Sailing trip")])
+    append(old, "titled", turn(2, "and a sail", "sure"))
+    fork(old, "titled", sessionId="child", atTurn=1)  # a fork before the last title: its own title is the first
+    create(old, id="empty")
+    before = {item["id"]: item for item in old.get("/sessions", params={"limit": 100}).json()["items"]}
+    old.__exit__(None, None, None)
+    asyncio.run(as_version_3_left_it(forklog_db))
+
+    new = serve(forklog_db, tmp_path / "two")
+    try:
+        for session_id, was in before.items():
+            now = get_session(new, session_id)
+            assert {member: now[member] for member in SIDEBAR} == {member: was[member] for member in SIDEBAR}
+        assert before["titled"]["title"] == "Sailing trip" and before["child"]["title"] == "Boat trip"
+        assert before["plain"]["preview"] == "Where is the harbour?"
+        listed = new.get("/sessions", params={"order": "updated"}).json()["items"]
+        assert [item["id"] for item in listed] == ["empty", "child", "titled", "plain"]
+        searched = new.get("/sessions", params={"q": "harbour dow"}).json()["items"]
+        assert [item["id"] for item in searched] == ["plain"]
+        assert [item["id"] for item in new.get("/sessions", params={"q": "boat"}).json()["items"]] == [
+            "child",
+            "titled",
+        ]
+
+        # An append counts from the filled bytes: it adds what the same turn adds to a session made today.
+        third = turn(3, "a map", "here")  # the same events (message ids included) for both
+        grown = append(new, "titled", third)["session"]
+        twin = create(new, id="twin00", seed=[*turn(1, "rent a boat", "ok"), *turn(2, "and a sail", "sure")])
+        twin_grown = append(new, "twin00", third)["session"]
+        assert grown["bytes"] - before["titled"]["bytes"] == twin_grown["bytes"] - twin["bytes"] > 0
+        assert grown["title"] == "Sailing trip" and grown["preview"] == "rent a boat"
+        # A fork at an old turn/end takes the bytes its filled checkpoint holds; with events, their bytes too.
+        again = fork(new, "titled", sessionId="again", atTurn=1)
+        assert {member: again[member] for member in ("bytes", "title", "preview")} == {
+            member: before["child"][member] for member in ("bytes", "title", "preview")
+        }
+        edit = turn(2, "rent a kayak", "fine")
+        kayak = fork(new, "titled", sessionId="kayak", atTurn=1, events=edit)
+        paddled = append(new, "again", edit)["session"]
+        assert (kayak["bytes"], kayak["title"], kayak["preview"]) == (paddled["bytes"], "Boat trip", "rent a boat")
+        assert [item["id"] for item in new.get("/sessions", params={"q": "kayak"}).json()["items"]] == [
+            "again",
+            "kayak",
+        ]
+    finally:
+        new.__exit__(None, None, None)
+
+
+def test_replicas_starting_together_on_an_older_database_share_the_fill(forklog_db: str, tmp_path: Path) -> None:
+    old = serve(forklog_db, tmp_path / "one")
+    for number in range(120):  # more than one batch of the fill
+        create(old, id=f"s{number}", seed=[title(f"Trip {number}"), *turn(1, f"question {number}", "ok")])
+    before = {item["id"]: item for item in old.get("/sessions", params={"limit": 1000}).json()["items"]}
+    old.__exit__(None, None, None)
+    asyncio.run(as_version_3_left_it(forklog_db))
+
+    async def start_two() -> list[dict[str, Any]]:
+        replicas = [PostgresBackend(forklog_db, clock=wall_clock_ms) for _ in range(2)]
+        await asyncio.gather(*(replica.open() for replica in replicas))
+        try:
+            found = []
+            for number in range(120):
+                for replica in replicas:
+                    session = await replica.find(SessionKey(DEFAULT_TENANT, f"s{number}"))
+                    assert session is not None
+                    found.append({"id": session.id, "title": session.head.title})
+            return found
+        finally:
+            for replica in replicas:
+                await replica.close()
+
+    for session in asyncio.run(start_two()):
+        assert session["title"] == before[session["id"]]["title"] == f"Trip {session['id'][1:]}"

@@ -27,15 +27,14 @@ from typing import Generic, TypeVar
 from app.backends.files.checkpoints import encode_record
 from app.backends.files.fileops import release_free_memory
 from app.backends.files.logcheck import CorruptLog, check_log
-from app.backends.log_parts import log_since
 from app.domain.session import SessionKey
 
 __all__ = ["START_BYTES", "FileTask", "FullChecks", "Verdict", "check_files", "worker_count"]
 
 # Files adding up to at least this many bytes are checked by worker processes.
 START_BYTES = 48 * 1024 * 1024
-# A worker is sent files adding up to about this many bytes at a time.
-BATCH_BYTES = 8 * 1024 * 1024
+# A worker is sent files adding up to about this many bytes at a time (small: the workers finish close together).
+BATCH_BYTES = 2 * 1024 * 1024
 # At most this many workers (the pool's processes each hold a file and its check while it runs).
 MAX_WORKERS = 8
 
@@ -74,7 +73,7 @@ def check_files(tasks: list[FileTask], now: int) -> list[Verdict]:
         except CorruptLog as exc:
             verdicts.append((None, None, exc.reason, exc.created_at))
             continue
-        record = b"".join(encode_record(SessionKey(tenant, session_id), header.instance, log_since(log, 0, 0)))
+        record = b"".join(encode_record(SessionKey(tenant, session_id), header.instance, log.delta()))
         lines = None if mirrored else log.lines()  # packed rows expanded, or lines re-encoded: the log's own
         verdicts.append((record, lines, None, None))
         del data, log

@@ -141,13 +141,20 @@ _SHAPE = bytes.maketrans(
 )
 _LOSSY_TOKEN = re.compile(rb"D0(?:0*e|0{15})")  # an exponent, or 16+ number characters
 _LOSSY_FIRST_TOKEN = re.compile(rb"0(?:0*e|0{15})")
+_SIXTEEN_NUMBER_CHARACTERS = b"D" + b"0" * 16
+_MAY_BE_EXPONENT = re.compile(rb"0e")  # (a compiled search of two bytes: several times faster than ``in`` here)
 _NEGATIVE_ZERO = re.compile(rb"(?:\A|[:,\[])-0\.0")
 
 
 def may_round_trip_lossily(text: bytes) -> bool:
     """Whether canonical JSON ``text`` may hold a number orjson reads lossily (see above); never a false no."""
     shape = text.translate(_SHAPE)
-    if _LOSSY_TOKEN.search(shape) is not None or _LOSSY_FIRST_TOKEN.match(shape) is not None:
+    # (plain searches first, the regexes only where an exponent may be: a start checks every stored line with this)
+    if _SIXTEEN_NUMBER_CHARACTERS in shape or shape.startswith(_SIXTEEN_NUMBER_CHARACTERS[1:]):
+        return True
+    if _MAY_BE_EXPONENT.search(shape) is not None and (
+        _LOSSY_TOKEN.search(shape) is not None or _LOSSY_FIRST_TOKEN.match(shape) is not None
+    ):
         return True
     return b"-0.0" in text and _NEGATIVE_ZERO.search(text) is not None
 

@@ -8,10 +8,12 @@ checked as it lies, the long way otherwise (which says where and why a file is d
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
+from app.backends.files.checkedlog import CheckedLog
 from app.backends.files.checkpoints import COLD_BYTES, ColdLog, RecordChain
 from app.backends.files.codec import (
     MalformedRecord,
@@ -25,6 +27,7 @@ from app.backends.files.codec import (
 )
 from app.backends.log_parts import log_parts, resume_log
 from app.domain.errors import EventRejected
+from app.domain.events import LogState
 from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
 from app.domain.log import SessionLog
 from app.domain.session import SessionHeader
@@ -35,6 +38,23 @@ __all__ = ["CorruptLog", "RecoveredLog", "check_log", "parse_header", "recover_l
 # Lines are recovered a window of about this many bytes at a time (a few hundred events: their objects are made,
 # checked and freed while they are still in the processor's cache).
 WINDOW_BYTES = 64 * 1024
+
+
+class GrowingLog(Protocol):
+    """What a check grows: a :class:`SessionLog` (a start's own check), or a worker's :class:`CheckedLog`."""
+
+    state: LogState
+
+    def __len__(self) -> int: ...
+
+    def event(self, seq: int) -> dict[str, Any]: ...
+
+    def stage(self, raws: Sequence[Any], *, appended: bool, now: int) -> StagedEvents: ...
+
+    def commit(self, staged: StagedEvents) -> None: ...
+
+
+Grown = TypeVar("Grown", bound=GrowingLog)
 
 
 class CorruptLog(Exception):
@@ -139,18 +159,18 @@ def recover_log(session_id: str, data: bytes, *, now: int, chain: RecordChain | 
     )
 
 
-def check_log(session_id: str, data: bytes, *, now: int) -> tuple[SessionHeader, SessionLog, bool]:
-    """Every event of a file's bytes checked (else :class:`CorruptLog`): its header, its log, and whether the log's
-    lines are the file's own bytes (a worker's check: only the checkpoint record of the log is kept of it)."""
+def check_log(session_id: str, data: bytes, *, now: int) -> tuple[SessionHeader, CheckedLog, bool]:
+    """Every event of a file's bytes checked (else :class:`CorruptLog`): its header, what a checkpoint record of its
+    log needs, and whether the log's lines are the file's own bytes (a worker's check: only that record is kept)."""
     header = parse_header(data, session_id)
     try:
-        log, mirrored = _recover_events(data, data.find(b"\n") + 1, SessionLog(), now=now, line_no=1)
+        log, mirrored = _recover_events(data, data.find(b"\n") + 1, CheckedLog(), now=now, line_no=1)
     except CorruptLog as exc:
         raise CorruptLog(exc.reason, header.created_at) from None
     return header, log, mirrored
 
 
-def _recover_events(data: bytes, position: int, log: SessionLog, *, now: int, line_no: int) -> tuple[SessionLog, bool]:
+def _recover_events(data: bytes, position: int, log: Grown, *, now: int, line_no: int) -> tuple[Grown, bool]:
     """``log`` grown by the whole lines from ``position`` on (``line_no`` is the line before it), and whether those
     lines are the very bytes the log holds (no packed row expanded, nothing written another way); a final fragment
     without a newline is left out.
@@ -179,7 +199,7 @@ def _recover_events(data: bytes, position: int, log: SessionLog, *, now: int, li
     return log, mirrored
 
 
-def _stage_canonical(log: SessionLog, window: bytes, lines: list[bytes], *, now: int) -> StagedEvents | None:
+def _stage_canonical(log: GrowingLog, window: bytes, lines: list[bytes], *, now: int) -> StagedEvents | None:
     """The window's events staged as they lie (:func:`stage_stored`) when every line is canonical lossless JSON of
     one stored event the rules let through; else None."""
     try:
@@ -241,13 +261,16 @@ def _window_events(lines: list[bytes], line_no: int, first_seq: int) -> list[Any
 
 
 def _parse_canonical(lines: list[bytes]) -> list[Any] | None:
-    """All the lines' values in one parse, when every line is canonical lossless JSON; else None (parse each)."""
+    """All the lines' values, when every line is canonical lossless JSON of one value; else None (parse each).
+
+    Each line is parsed on its own: the lines joined by commas may parse as well when they do not hold one value
+    each (an event split over two lines beside two events on one line), and such a file is damaged."""
     joined = b"[" + b",".join(lines) + b"]"
     if any(not line for line in lines) or may_round_trip_lossily(joined):
         return None
     try:
-        values = orjson.loads(joined)
+        values = list(map(orjson.loads, lines))
         canonical = orjson.dumps(values) == joined
     except (orjson.JSONDecodeError, orjson.JSONEncodeError):
         return None
-    return values if canonical and isinstance(values, list) and len(values) == len(lines) else None
+    return values if canonical else None

@@ -85,6 +85,10 @@ def damaged_copies(data_dir: Path) -> dict[str, str]:
     event["data"] = {"turn": 99, **{key: value for key, value in event["data"].items() if key != "turn"}}
     lines[40] = orjson.dumps(event)
     (folder / "broken-rule.jsonl").write_bytes(b"\n".join(lines))
+    lines = lines_of("split-line")
+    split = lines[2].index(b',"seq"')  # an event over two lines, and two events on one: joined by commas, valid JSON
+    lines[2:5] = [lines[2][:split], lines[2][split + 1 :], lines[3] + b"," + lines[4]]
+    (folder / "split-line.jsonl").write_bytes(b"\n".join(lines))
     lines = lines_of("newer")
     lines[0] = lines[0].replace(b'"version":0', b'"version":3')
     (folder / "newer.jsonl").write_bytes(b"\n".join(lines))
@@ -104,6 +108,7 @@ def damaged_copies(data_dir: Path) -> dict[str, str]:
     return {
         "bad-line": "line 8 is not a storage record",
         "seq-gap": "seq gap at line 31",
+        "split-line": "line 3 is not a storage record",
         "broken-rule": "breaks the rules",
         "newer": "newer",
         "empty": "no complete header line",

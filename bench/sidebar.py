@@ -36,8 +36,8 @@ from app.backends.files import FileBackend
 from app.backends.files.codec import encode_header
 from app.backends.postgres import PostgresBackend
 from app.backends.postgres.state import encode_state
-from app.domain.events import LogState
 from app.domain.log import seed_log
+from app.domain.log_state import LogState
 from app.domain.session import SessionHeader, SessionKey
 from app.service.sessions import SessionService, wall_clock_ms
 from bench.report import Row, skipped

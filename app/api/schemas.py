@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, WithJsonSchema, create_model
 
 from app.api.problems import PROBLEMS, ProblemSpec
 from app.domain.errors import ErrorCode
-from app.domain.events import MAX_TYPE_LENGTH, STORAGE_TAGS
+from app.domain.event_shapes import MAX_TYPE_LENGTH, STORAGE_TAGS
 from app.domain.jsonvalue import MAX_SAFE_INTEGER
 from app.domain.session import HEADER_FIELDS
 

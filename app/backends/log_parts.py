@@ -13,8 +13,8 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.domain.events import LogState
 from app.domain.log import Buffer, SessionLog, _Growing, _Part
+from app.domain.log_state import LogState
 from app.domain.staging import Checkpoint
 
 __all__ = ["LogDelta", "LogParts", "log_parts", "log_since", "resume_log"]

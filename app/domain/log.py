@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 
 from app.domain.errors import ErrorCode, EventRejected, SessionError
-from app.domain.events import LogState
 from app.domain.history import SurfaceChange, fold_surface, project_message
+from app.domain.log_state import LogState
 
 # Staging moved to app.domain.staging; these names stay importable from here for the modules that still do.
 from app.domain.staging import Checkpoint, StagedEvents, checkpoint, join_staged, replace_targets, stage

@@ -11,8 +11,8 @@ from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 from app.domain.errors import ErrorCode, SessionError
-from app.domain.events import LogState
 from app.domain.jsonvalue import is_safe_integer
+from app.domain.log_state import LogState
 
 __all__ = [
     "DEFAULT_TENANT",

@@ -14,9 +14,11 @@ from itertools import accumulate
 from typing import Any, Protocol
 
 from app.domain.errors import EventRejected
-from app.domain.events import NO_PENDING, STORAGE_TAGS, LogState, admit, admit_stored
+from app.domain.event_shapes import STORAGE_TAGS
+from app.domain.events import admit, admit_stored
 from app.domain.history import SurfaceChange
 from app.domain.jsonvalue import dumps
+from app.domain.log_state import NO_PENDING, LogState
 from app.domain.summary import TITLE_TYPE, preview_of, title_of
 
 __all__ = [

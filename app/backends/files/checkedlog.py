@@ -21,8 +21,8 @@ from typing import Any
 import orjson
 
 from app.backends.log_parts import LogDelta
-from app.domain.events import LogState
 from app.domain.log import Checkpoint
+from app.domain.log_state import LogState
 from app.domain.staging import StagedEvents, stage
 
 __all__ = ["CheckedLog"]

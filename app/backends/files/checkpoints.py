@@ -25,9 +25,9 @@ from collections.abc import Iterable, Sequence
 import orjson
 
 from app.backends.log_parts import LogDelta, LogParts, resume_log
-from app.domain.events import LogState
 from app.domain.history import fold_surface
 from app.domain.log import Buffer, Checkpoint, SessionLog, checkpoint
+from app.domain.log_state import LogState
 from app.domain.session import LogHead, SessionKey, head_of
 
 __all__ = [

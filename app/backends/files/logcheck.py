@@ -27,9 +27,9 @@ from app.backends.files.codec import (
 )
 from app.backends.log_parts import log_parts, resume_log
 from app.domain.errors import EventRejected
-from app.domain.events import LogState
 from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
 from app.domain.log import SessionLog
+from app.domain.log_state import LogState
 from app.domain.session import SessionHeader
 from app.domain.staging import StagedEvents, stage_stored
 

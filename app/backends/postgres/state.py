@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from app.domain.events import LogState
+from app.domain.log_state import LogState
 from app.domain.staging import Checkpoint, checkpoint
 
 __all__ = ["decode_checkpoint", "decode_state", "encode_checkpoint", "encode_state", "fork_state"]

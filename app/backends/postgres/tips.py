@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from app.domain.events import LogState
+from app.domain.log_state import LogState
 from app.domain.session import Session, SessionKey
 
 __all__ = ["CachedTip", "StoredTip", "TipCache"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.backends.postgres.tips import CachedTip, TipCache
-from app.domain.events import LogState
+from app.domain.log_state import LogState
 from app.domain.session import LogHead, Session, SessionHeader, SessionKey
 
 

@@ -1,0 +1,161 @@
+"""The shapes events must have (spec 1.4): a well-formed ``type``, and the members each type of the core vocabulary
+needs. The relations between events (turns, steps, calls) are :mod:`app.domain.events`' part.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.domain.jsonvalue import UNDEFINED, strict_equal
+
+__all__ = [
+    "CHECKED_TYPES",
+    "MAX_TYPE_LENGTH",
+    "STORAGE_TAGS",
+    "SURFACE_TYPES",
+    "Rejected",
+    "check_shapes",
+    "check_type",
+    "known_type",
+]
+
+SURFACE_TYPES = frozenset({"user/message", "assistant/message", "tool/result"})
+STORAGE_TAGS = frozenset({"session", "text-chunks", "reasoning-chunks", "tool-call-chunks"})
+MAX_TYPE_LENGTH = 256
+
+_ADAPTER_KEYS = frozenset({"reasoningEffort", "maxTokens"})
+
+
+class Rejected(Exception):
+    """Raised inside the checks; :func:`app.domain.events.admit` adds the event's index."""
+
+
+# Types already found well-formed; a log repeats a handful of them, so each is checked once (and each log's state
+# refers to one shared string per type instead of its own copy).
+CHECKED_TYPES: dict[str, str] = {}
+_CHECKED_TYPES_LIMIT = 4096
+
+
+def known_type(kind: str) -> str:
+    """The one shared string equal to ``kind`` when it is a type already seen, else ``kind``."""
+    return CHECKED_TYPES.get(kind, kind)
+
+
+def check_type(kind: Any) -> None:
+    if not isinstance(kind, str):
+        raise Rejected("'type' must be a string such as \"turn/start\"")
+    if kind == "":
+        raise Rejected("'type' must not be empty")
+    if len(kind) > MAX_TYPE_LENGTH:
+        raise Rejected(f"'type' is {len(kind)} characters long; at most {MAX_TYPE_LENGTH} are allowed")
+    if kind in STORAGE_TAGS:
+        raise Rejected(f"{kind!r} is a storage tag of the log format, not an event type")
+    if kind == "request/header-delta":
+        raise Rejected("request/header-delta is the unsupported legacy format; send a full request/header")
+    if len(CHECKED_TYPES) < _CHECKED_TYPES_LIMIT:
+        CHECKED_TYPES[kind] = kind
+
+
+# -- per-type shapes -----------------------------------------------------------------------------------------------
+
+
+def _has_provider_model(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("provider"), str)
+        and value["provider"] != ""
+        and isinstance(value.get("model"), str)
+        and value["model"] != ""
+    )
+
+
+def check_shapes(event: dict[str, Any]) -> None:
+    kind = event["type"]
+    data = event["data"]
+    if kind in SURFACE_TYPES:
+        _message_shape(kind, data)
+    elif kind == "request/header":
+        _request_header_shape(data)
+    elif kind == "turn/end":
+        reason = data.get("reason") if isinstance(data, dict) else None
+        if not isinstance(reason, dict) or not isinstance(reason.get("kind"), str):
+            raise Rejected('turn/end needs data.reason, an object with a string kind such as {"kind": "completed"}')
+    elif kind == "tool/call":
+        if not isinstance(data, dict):
+            raise Rejected("tool/call needs data {turn, step, callId, name, arguments}")
+        call_id = data.get("callId")
+        if not isinstance(call_id, str) or call_id == "":
+            raise Rejected("tool/call needs data.callId, a non-empty string")
+        if not isinstance(data.get("name"), str):
+            raise Rejected("tool/call needs data.name, a string")
+        if not isinstance(data.get("arguments"), str):
+            raise Rejected("tool/call needs data.arguments, a string (the raw JSON text of the arguments)")
+    elif kind == "assistant/chunk" and not (isinstance(data, dict) and isinstance(data.get("chunk"), dict)):
+        raise Rejected("assistant/chunk needs data.chunk, an object")
+
+
+def _message_shape(kind: str, data: Any) -> None:
+    message = data if kind == "user/message" else (data.get("message") if isinstance(data, dict) else None)
+    where = "data" if kind == "user/message" else "data.message"
+    if not isinstance(message, dict) or not isinstance(message.get("id"), str) or message["id"] == "":
+        raise Rejected(f"{kind} lacks an identified message: {where} needs a non-empty string id")
+    role = "assistant" if kind == "assistant/message" else "user"
+    if not strict_equal(message.get("role", UNDEFINED), role):
+        raise Rejected(f'{kind}: {where}.role must be "{role}"')
+    source = message.get("source")
+    if not isinstance(source, dict) or not isinstance(source.get("kind"), str) or source["kind"] == "":
+        raise Rejected(f"{kind}: {where}.source must be an object with a non-empty string kind")
+    if not isinstance(message.get("content"), list):
+        raise Rejected(f"{kind}: {where}.content must be an array of content blocks")
+    if kind == "assistant/message":
+        if source["kind"] != "model" or not _has_provider_model(source):
+            raise Rejected(
+                'assistant/message: data.message.source must be {"kind": "model", "provider", "model"} '
+                "with non-empty provider and model"
+            )
+        return
+    if kind != "tool/result":
+        return
+    call_id = source.get("callId")
+    if source["kind"] != "tool" or not isinstance(call_id, str) or call_id == "":
+        raise Rejected('tool/result: data.message.source must be {"kind": "tool", "callId"} with a non-empty callId')
+    content = message["content"]
+    block = content[0] if content else None
+    if (
+        len(content) != 1
+        or not isinstance(block, dict)
+        or not strict_equal(block.get("type", UNDEFINED), "tool-result")
+        or not isinstance(block.get("content"), list)
+    ):
+        raise Rejected(
+            "tool/result: data.message.content must be exactly one "
+            '{"type": "tool-result", "toolCallId", "content": [...]} block'
+        )
+    if not strict_equal(block.get("toolCallId", UNDEFINED), call_id):
+        raise Rejected("tool/result: the block's toolCallId must equal data.message.source.callId")
+
+
+def _request_header_shape(data: Any) -> None:
+    header = data.get("header") if isinstance(data, dict) else None
+    header_record = header if isinstance(header, dict) else None
+    config = header_record.get("config") if header_record is not None else None
+    if not _has_provider_model(config):
+        raise Rejected("request/header needs data.header.config with non-empty string provider and model")
+    assert isinstance(config, dict)
+    effort = config.get("reasoningEffort", UNDEFINED)
+    if effort is not UNDEFINED and (not isinstance(effort, str) or effort == ""):
+        raise Rejected("request/header: data.header.config.reasoningEffort, when present, must be a non-empty string")
+    defaults = header_record.get("adapterDefaults", UNDEFINED) if header_record is not None else UNDEFINED
+    if defaults is not UNDEFINED and (
+        not isinstance(defaults, dict)
+        or any(key not in _ADAPTER_KEYS for key in defaults)
+        or any(marker is not True for marker in defaults.values())
+        or (defaults.get("reasoningEffort") is True and "reasoningEffort" not in config)
+        or (defaults.get("maxTokens") is True and "maxTokens" not in config)
+    ):
+        raise Rejected(
+            "request/header: data.header.adapterDefaults may hold only reasoningEffort: true and maxTokens: true, "
+            "each only where the matching config field is set"
+        )
+    if isinstance(data, dict) and strict_equal(data.get("reason", UNDEFINED), "fallback"):
+        raise Rejected('request/header reason "fallback" is the unsupported legacy format')

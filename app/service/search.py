@@ -13,7 +13,6 @@ counts as not indexed and is searched directly.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import orjson
 
+from app.backends.background import BackgroundLoop
 from app.backends.base import Backend, each_session
 from app.backends.errors import SessionCorrupt, StorageUnavailable
 from app.backends.search import IndexDamaged, IndexRow, ProvidesSearchEngine, SearchEngine
@@ -42,7 +42,7 @@ READ_EVENTS = 10_000
 ROUND_SESSIONS = 2000
 
 
-class Searcher:
+class Searcher(BackgroundLoop):
     """Searches one store's sessions, and keeps their index."""
 
     def __init__(self, backend: Backend, index_path: Path | None = None) -> None:
@@ -59,20 +59,13 @@ class Searcher:
         self._pending: set[SessionKey] = set()
         self._ready = False  # the index has been compared with the store: what it holds can be trusted
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="forklog-search-index")
+    task_name = "forklog-search-index"
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await super().stop()
         await self._index.close()
 
     @property

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 from app.backends.errors import Access
 from app.backends.postgres.pool import Connection
@@ -104,6 +105,19 @@ def query_text(words: tuple[str, ...]) -> str:
     return " & ".join(terms)
 
 
+def _shared_columns(rows: list[IndexRow]) -> list[list[Any]]:
+    """The columns an insert and an update both write, an array each (one statement writes every row)."""
+    words = [_words_param(row.words) for row in rows]
+    return [
+        [row.key.tenant for row in rows],
+        [row.key.id for row in rows],
+        [row.covers[0] for row in rows],
+        [row.covers[1] for row in rows],
+        [size for _, size in words],
+        [text for text, _ in words],
+    ]
+
+
 def _words_param(words: frozenset[str]) -> tuple[str, int]:
     """The words as one space-separated text (a word holds no space) and the bytes their lexemes take."""
     lexemes = {_lexeme(word) for word in words}
@@ -149,27 +163,12 @@ class PostgresSearch:
             if dropped:
                 await conn.execute(_DROP, [key.tenant for key in dropped], [key.id for key in dropped])
             if new:
-                words = [_words_param(row.words) for row in new]
-                found = await conn.fetch(
-                    _INSERT,
-                    [row.key.tenant for row in new],
-                    [row.key.id for row in new],
-                    [row.covers[0] for row in new],
-                    [row.covers[1] for row in new],
-                    [size for _, size in words],
-                    [text for text, _ in words],
-                )
+                found = await conn.fetch(_INSERT, *_shared_columns(new))
                 written.update(SessionKey(row["tenant"], row["id"]) for row in found)
             if known:
-                words = [_words_param(row.words) for row in known]
                 found = await conn.fetch(
                     _UPDATE,
-                    [row.key.tenant for row in known],
-                    [row.key.id for row in known],
-                    [row.covers[0] for row in known],
-                    [row.covers[1] for row in known],
-                    [size for _, size in words],
-                    [text for text, _ in words],
+                    *_shared_columns(known),
                     [row.anew for row in known],
                     [row.was[0] for row in known if row.was is not None],
                     [row.was[1] for row in known if row.was is not None],

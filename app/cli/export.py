@@ -21,7 +21,7 @@ from app.backends.files.codec import encode_header
 from app.backends.files.reader import FileReader
 from app.backends.files.recovery import CorruptLog
 from app.cli.store_flags import add_store_flags, store_settings
-from app.cli.stores import ReadableStore, store_of_settings
+from app.cli.stores import ReadableStore, on_open_store, store_of_settings
 from app.domain.errors import InvalidId
 from app.domain.ids import check_id
 from app.domain.session import DEFAULT_TENANT, SessionKey
@@ -62,34 +62,30 @@ def run(arguments: argparse.Namespace) -> int:
 
 
 async def _export(store: ReadableStore, key: SessionKey, out: BinaryIO, *, salvage: bool) -> int:
+    return await on_open_store("export", store, lambda: _write(store, key, out, salvage=salvage))
+
+
+async def _write(store: ReadableStore, key: SessionKey, out: BinaryIO, *, salvage: bool) -> int:
     try:
-        await store.open()
-        try:
-            session = await store.find(key)
-        except SessionCorrupt as damaged:
-            if salvage and isinstance(store, FileReader):
-                return _salvage(store, key, out)
-            print(
-                f"forklog export: session {key.id!r} is damaged ({damaged.facts.get('reason')}); --salvage writes what "
-                "it holds"
-                " before the damage",
-                file=sys.stderr,
-            )
-            return 1
-        if session is None:
-            print(f"forklog export: there is no session {key.id!r} (tenant {key.tenant!r})", file=sys.stderr)
-            return 1
-        out.write(encode_header(session.header))
-        # Every event, the last one whatever it is (not a snapshot's seed, which must end at a turn/end).
-        async for piece in store.chunks(key, session.header.instance, session.head.count):
-            out.write(piece)
-        out.flush()
-        return 0
-    except StorageError as exc:
-        print(f"forklog export: {exc}", file=sys.stderr)
+        session = await store.find(key)
+    except SessionCorrupt as damaged:
+        if salvage and isinstance(store, FileReader):
+            return _salvage(store, key, out)
+        print(
+            f"forklog export: session {key.id!r} is damaged ({damaged.facts.get('reason')}); --salvage writes what "
+            "it holds before the damage",
+            file=sys.stderr,
+        )
         return 1
-    finally:
-        await store.close()
+    if session is None:
+        print(f"forklog export: there is no session {key.id!r} (tenant {key.tenant!r})", file=sys.stderr)
+        return 1
+    out.write(encode_header(session.header))
+    # Every event, the last one whatever it is (not a snapshot's seed, which must end at a turn/end).
+    async for piece in store.chunks(key, session.header.instance, session.head.count):
+        out.write(piece)
+    out.flush()
+    return 0
 
 
 def _salvage(store: FileReader, key: SessionKey, out: BinaryIO) -> int:

@@ -20,7 +20,7 @@ from app.backends.base import Backend
 from app.backends.errors import SessionCorrupt, StorageError
 from app.backends.files.codec import MalformedRecord, decode_line, header_from_record, header_problem, parse_line
 from app.cli.store_flags import add_store_flags, store_settings
-from app.cli.stores import writable_store_of_settings
+from app.cli.stores import on_open_store, writable_store_of_settings
 from app.domain.clock import wall_clock_ms
 from app.domain.errors import InvalidId, SessionAlreadyExists, SessionError
 from app.domain.ids import check_id, new_instance
@@ -101,24 +101,19 @@ def run(arguments: argparse.Namespace) -> int:
 
 
 async def _import(backend: Backend, key: SessionKey, header: SessionHeader, log: SessionLog) -> int:
+    return await on_open_store("import", backend, lambda: _restore(backend, key, header, log))
+
+
+async def _restore(backend: Backend, key: SessionKey, header: SessionHeader, log: SessionLog) -> int:
     try:
-        await backend.open()
-        try:
-            if await backend.find(key) is not None:
-                raise SessionAlreadyExists(key.id)
-            session = await backend.restore(key, header, log)
-        except (SessionAlreadyExists, SessionCorrupt):
-            print(
-                f"forklog import: session {key.id!r} already exists (tenant {key.tenant!r}); pick --id", file=sys.stderr
-            )
-            return 1
-        print(
-            f"imported {session.id} (tenant {key.tenant}): {session.head.count} events, "
-            f"createdAt {session.header.created_at}, instance {session.header.instance}"
-        )
-        return 0
-    except StorageError as exc:
-        print(f"forklog import: {exc}", file=sys.stderr)
+        if await backend.find(key) is not None:
+            raise SessionAlreadyExists(key.id)
+        session = await backend.restore(key, header, log)
+    except (SessionAlreadyExists, SessionCorrupt):
+        print(f"forklog import: session {key.id!r} already exists (tenant {key.tenant!r}); pick --id", file=sys.stderr)
         return 1
-    finally:
-        await backend.close()
+    print(
+        f"imported {session.id} (tenant {key.tenant}): {session.head.count} events, "
+        f"createdAt {session.header.created_at}, instance {session.header.instance}"
+    )
+    return 0

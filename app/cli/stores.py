@@ -10,12 +10,14 @@ never sweeps (a service's sweep reclaims deleted sessions' rows; a command that 
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
 from app.api.settings import Settings
 from app.backends.base import Backend
+from app.backends.errors import StorageError
 from app.backends.files.reader import FileReader
 from app.backends.open import open_named_backend
 from app.backends.postgres import PostgresBackend, redact
@@ -72,3 +74,22 @@ def writable_store_of_settings(settings: Settings) -> Backend:
     if settings.database_url is not None:
         return PostgresBackend(settings.database_url.get_secret_value(), clock=wall_clock_ms, wait=False)
     return open_named_backend(settings.backend, data_dir=settings.data_dir, database_url=None, fsync=settings.fsync)
+
+
+class Opens(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+async def on_open_store(command: str, store: Opens, work: Callable[[], Awaitable[int]]) -> int:
+    """``work``'s exit status, run on ``store`` opened (and closed after); a storage failure is printed as
+    ``forklog COMMAND: ...`` and exits 1."""
+    try:
+        await store.open()
+        return await work()
+    except StorageError as exc:
+        print(f"forklog {command}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await store.close()

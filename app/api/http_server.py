@@ -27,6 +27,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from app.api.body import BODY_ARRIVED
 from app.api.problems import PROBLEM_JSON, problem_body
 from app.api.request_ids import new_request_id
 from app.api.settings import Settings
@@ -146,6 +147,7 @@ def limited_protocol(*, max_header_bytes: int, read_timeout: float) -> type[Http
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
+            self.scope[BODY_ARRIVED] = True  # type: ignore[literal-required]
             # The next request on this connection starts with its headers; its timer starts with its first byte.
             self._in_headers = True
             self._header_bytes = 0

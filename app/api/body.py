@@ -115,10 +115,22 @@ async def _receive_chunks(
             moved_on()
 
 
+def _body_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, str | None]:
+    """The first Content-Type and Content-Length (as Starlette's ``headers.get`` reads them), in one pass over the
+    raw headers: a mapping's lookup walks them once per name."""
+    content_type = content_length = None
+    for name, value in headers:
+        if name == b"content-type":
+            if content_type is None:
+                content_type = value.decode("latin-1")
+        elif name == b"content-length" and content_length is None:
+            content_length = value.decode("latin-1")
+    return content_type, content_length
+
+
 async def read_body(request: Request, *, limit: int, empty_is_object: bool, read_timeout: float = 30.0) -> JsonBody:
     """The request's JSON object body, or the problem the contract names for it."""
-    content_type = request.headers.get("content-type")
-    declared_length = request.headers.get("content-length")
+    content_type, declared_length = _body_headers(request.scope["headers"])
     length = (
         int(declared_length)
         if declared_length is not None and declared_length.isascii() and declared_length.isdigit()

@@ -7,19 +7,24 @@ decided before a byte is parsed. Its members are checked by :mod:`app.api.reques
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
+from starlette.types import Receive
 
 from app.api.problems import RequestProblem, invalid_request
 from app.domain.errors import ErrorCode
 from app.domain.jsonvalue import Break, JsonSyntaxError, JsonTooDeep
 from app.domain.jsonvalue import loads as lossless_loads
 
-__all__ = ["PARSED_INLINE_BYTES", "JsonBody", "read_body"]
+__all__ = ["BODY_ARRIVED", "PARSED_INLINE_BYTES", "JsonBody", "read_body"]
 
 PARSED_INLINE_BYTES = 256 * 1024
+# Set in a request's scope by the server's protocol (app.api.http_server) once the whole body has been received: its
+# reading then cannot stall, and skips the deadline (a timer armed and cancelled, a measurable share of an append).
+BODY_ARRIVED = "forklog.body_arrived"
 
 
 @dataclass(slots=True)
@@ -62,26 +67,16 @@ async def _read_raw(request: Request, *, limit: int, read_timeout: float, first_
     receive = request.receive
     loop = asyncio.get_running_loop()
     chunks: list[bytes] = []
-    received = 0
+    if request.scope.get(BODY_ARRIVED):
+        await _receive_chunks(receive, chunks, limit=limit, first_chunk_only=first_chunk_only)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     try:
         async with asyncio.timeout(read_timeout) as deadline:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise invalid_request("", "the client went away before sending the whole body")
-                chunk: bytes = message.get("body", b"")
-                if chunk:
-                    received += len(chunk)
-                    if received > limit:
-                        raise RequestProblem(
-                            ErrorCode.PAYLOAD_TOO_LARGE, f"the body is over the limit of {limit} bytes; split it"
-                        )
-                    chunks.append(chunk)
-                    if first_chunk_only:
-                        break
-                if not message.get("more_body", False):
-                    break
+
+            def moved_on() -> None:
                 deadline.reschedule(loop.time() + read_timeout)
+
+            await _receive_chunks(receive, chunks, limit=limit, first_chunk_only=first_chunk_only, moved_on=moved_on)
     except TimeoutError:
         raise RequestProblem(
             ErrorCode.REQUEST_TIMEOUT,
@@ -90,10 +85,52 @@ async def _read_raw(request: Request, *, limit: int, read_timeout: float, first_
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+async def _receive_chunks(
+    receive: Receive,
+    chunks: list[bytes],
+    *,
+    limit: int,
+    first_chunk_only: bool,
+    moved_on: Callable[[], None] | None = None,
+) -> None:
+    """The body's chunks into ``chunks`` (413 past ``limit``); ``moved_on`` is told of each chunk with more to come."""
+    received = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise invalid_request("", "the client went away before sending the whole body")
+        chunk: bytes = message.get("body", b"")
+        if chunk:
+            received += len(chunk)
+            if received > limit:
+                raise RequestProblem(
+                    ErrorCode.PAYLOAD_TOO_LARGE, f"the body is over the limit of {limit} bytes; split it"
+                )
+            chunks.append(chunk)
+            if first_chunk_only:
+                return
+        if not message.get("more_body", False):
+            return
+        if moved_on is not None:
+            moved_on()
+
+
+def _body_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, str | None]:
+    """The first Content-Type and Content-Length (as Starlette's ``headers.get`` reads them), in one pass over the
+    raw headers: a mapping's lookup walks them once per name."""
+    content_type = content_length = None
+    for name, value in headers:
+        if name == b"content-type":
+            if content_type is None:
+                content_type = value.decode("latin-1")
+        elif name == b"content-length" and content_length is None:
+            content_length = value.decode("latin-1")
+    return content_type, content_length
+
+
 async def read_body(request: Request, *, limit: int, empty_is_object: bool, read_timeout: float = 30.0) -> JsonBody:
     """The request's JSON object body, or the problem the contract names for it."""
-    content_type = request.headers.get("content-type")
-    declared_length = request.headers.get("content-length")
+    content_type, declared_length = _body_headers(request.scope["headers"])
     length = (
         int(declared_length)
         if declared_length is not None and declared_length.isascii() and declared_length.isdigit()

@@ -7,7 +7,8 @@ the server's documented ``http=`` protocol-class setting: a header block over ``
 one not whole ``read_timeout`` seconds after the connection opened (on a kept-alive connection: after the request's
 first byte) answers 408, in total and whatever the client's pace (a byte now and then does not move the deadline);
 both as problem+json, and the connection is closed. A body that stops arriving is the app's to time out (it reads
-the body): see :mod:`app.api.body`. Shutdown uses uvicorn's ``timeout_graceful_shutdown``. WebSocket is off.
+the body): see :mod:`app.api.body`; the protocol marks a request whose whole body has arrived (``BODY_ARRIVED``), so
+that reading it arms no deadline. Shutdown uses uvicorn's ``timeout_graceful_shutdown``. WebSocket is off.
 
 uvicorn writes an answer's status line and headers, then its body, each as it comes: for a small answer (an append's)
 two system calls and two wake-ups of the client instead of one, a measurable share of a request's CPU. The protocol's
@@ -27,6 +28,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from app.api.body import BODY_ARRIVED
 from app.api.problems import PROBLEM_JSON, problem_body
 from app.api.request_ids import new_request_id
 from app.api.settings import Settings
@@ -146,6 +148,7 @@ def limited_protocol(*, max_header_bytes: int, read_timeout: float) -> type[Http
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
+            self.scope[BODY_ARRIVED] = True  # type: ignore[literal-required]
             # The next request on this connection starts with its headers; its timer starts with its first byte.
             self._in_headers = True
             self._header_bytes = 0

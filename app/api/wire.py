@@ -11,7 +11,7 @@ import orjson
 from app.api.problems import invalid_request
 from app.backends.files.codec import encode_header
 from app.domain.search import Match
-from app.domain.session import HEADER_FIELDS, Session
+from app.domain.session import HEADER_FIELDS, Session, SessionHeader
 from app.service.idempotency import Answer
 from app.service.sessions import Appended
 
@@ -70,7 +70,49 @@ def match_json(match: Match) -> dict[str, Any]:
 
 
 def session_payload(session: Session) -> bytes:
-    return orjson.dumps(session_json(session))
+    """:func:`session_json` encoded. The header's members come first and do not change while a session lives, so
+    their bytes (and the header line's length) are kept per header: an append's answer encodes only its head."""
+    header, head = session.header, session.head
+    prefix, header_bytes = _header_part(header)
+    return (
+        prefix
+        + orjson.dumps(
+            {
+                "eventCount": head.count,
+                "lastEventType": head.last_type,
+                "openTurn": head.open_turn,
+                "lastTurnEndSeq": head.last_turn_end_seq,
+                "forkable": head.forkable,
+                "updatedAt": session.updated_at,
+                "title": head.title,
+                "preview": head.preview,
+                "bytes": header_bytes + head.body_bytes,
+            }
+        )[1:]
+    )
+
+
+# The encoded header members of recent headers, by identity (the header itself is kept, so an id is never reused
+# while its entry lives); emptied when full.
+_HEADER_PARTS: dict[int, tuple[SessionHeader, bytes, int]] = {}
+_HEADER_PARTS_KEPT = 4096
+
+
+def _header_part(header: SessionHeader) -> tuple[bytes, int]:
+    """The Session resource's opening up to its header members (``{"id":...,"agentPreset":...,``), and the length
+    of the header's stored line."""
+    kept = _HEADER_PARTS.get(id(header))
+    if kept is not None and kept[0] is header:
+        return kept[1], kept[2]
+    members: dict[str, Any] = {"id": header.id, "instance": header.instance, "createdAt": header.created_at}
+    for field in HEADER_FIELDS:
+        members[field.key] = getattr(header, field.attr)
+    prefix = orjson.dumps(members)[:-1] + b","
+    if len(_HEADER_PARTS) >= _HEADER_PARTS_KEPT:
+        _HEADER_PARTS.clear()
+    header_bytes = len(encode_header(header))
+    _HEADER_PARTS[id(header)] = (header, prefix, header_bytes)
+    return prefix, header_bytes
 
 
 def created_answer(session: Session) -> Answer:

@@ -326,3 +326,44 @@ def test_dumps_writes_the_deepest_value_even_under_the_default_recursion_limit()
     finally:
         sys.setrecursionlimit(max(limit, sys.getrecursionlimit()))
     assert loads(written)[0] == {"messages": [{"content": value}]}
+
+
+# Compact documents exactly as orjson (or JSON.stringify) writes them take a faster path: they must be parsed, and
+# refused, just as the same documents written with a space.
+COMPACT_DOCUMENTS = [
+    b'{"events":[{"type":"assistant/chunk","data":{"turn":1,"step":1,"chunk":{"text":"\\u00e9 \\"q\\" \\n"}}}]}',
+    b'{"a":1,"a":2}',
+    b'{"x":-0}',
+    b'{"x":-0.0}',
+    b'{"x":-0.5,"y":0.0,"z":1.0,"w":-1}',
+    b'{"x":9007199254740991,"y":-9007199254740991}',
+    b'{"x":9007199254740992}',
+    b'{"x":1e+20}',
+    b'{"x":1e20}',
+    b'{"x":1.5e-7}',
+    b'{"x":18446744073709551616}',
+    b'{"x":"\\ud800"}',
+    b'{"x":"\\ud83d\\ude00"}',
+    b'{"x":"2024-01-05 -0 1e9"}',
+    b'{"x":[true,false,null,[],{}]}',
+    b'{"x":NaN}',
+]
+
+
+@pytest.mark.parametrize("document", COMPACT_DOCUMENTS)
+def test_a_compact_document_is_parsed_and_refused_as_the_same_document_spaced_out(document: bytes) -> None:
+    def outcome(raw: bytes) -> tuple[str, list[tuple[Any, str]]]:
+        try:
+            value, breaks = loads(raw)
+        except JsonSyntaxError as exc:
+            return f"syntax error {exc}", []
+        typed = repr(value) if not breaks else "marked"  # repr tells 1 from 1.0 and -0.0 from 0.0
+        return typed, [(found.path, found.reason) for found in breaks]
+
+    assert outcome(document) == outcome(b" " + document)
+
+
+def test_a_compact_document_with_an_unsafe_integer_or_negative_zero_is_refused() -> None:
+    assert break_paths(b'{"events":[{"n":9007199254740993}]}') == [("events", 0, "n")]
+    assert break_paths(b'{"events":[{"n":-0.0}]}') == [("events", 0, "n")]
+    assert break_paths(b'{"a":1,"a":2}') == [()]

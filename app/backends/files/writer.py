@@ -73,6 +73,9 @@ class AppendWriter:
         # after another (fdatasync releases the GIL).
         self._syncers = ThreadPoolExecutor(max_workers=SYNCS_IN_PARALLEL, thread_name_prefix="forklog-sync")
         self._queue: list[_Write] = []
+        # Appends of the current step of an event loop, handed to the writer together at its end.
+        self._arriving: list[_Write] = []
+        self._arriving_lock = threading.Lock()
         self._unclean: dict[Path, Cut] = {}
         self._unclean_lock = threading.Lock()
         self._open: OrderedDict[Path, _OpenFile] = OrderedDict()  # only the writer thread touches it
@@ -87,12 +90,31 @@ class AppendWriter:
         if refused."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        with self._wakeup:
-            if self._closed or not self._thread.is_alive():
-                raise ChangeRefused("the store is shutting down")
-            self._queue.append(_Write(path, data, Cut(instance, -1, cut_record), loop, future, events))
-            self._wakeup.notify()
+        if self._closed or not self._thread.is_alive():
+            raise ChangeRefused("the store is shutting down")
+        with self._arriving_lock:
+            self._arriving.append(_Write(path, data, Cut(instance, -1, cut_record), loop, future, events))
+            first = len(self._arriving) == 1
+        if first:
+            loop.call_soon(self._hand_over)
         await future
+
+    def _hand_over(self) -> None:
+        """Give the writer the appends of this step of the event loop at once: one wake-up of its thread (and one
+        hand-over of the GIL) for all of them, not one an append."""
+        with self._arriving_lock:
+            arriving, self._arriving = self._arriving, []
+        if not arriving:
+            return
+        with self._wakeup:
+            refused = self._closed or not self._thread.is_alive()
+            if not refused:
+                self._queue.extend(arriving)
+                self._wakeup.notify()
+        if refused:  # closed since they arrived
+            for item in arriving:
+                item.error = ChangeRefused("the store is shutting down")
+            _answer(arriving)
 
     def forget(self, path: Path) -> None:
         """The file at ``path`` is about to be, or was, removed or made anew: nothing is left to cut from it, and
@@ -104,6 +126,7 @@ class AppendWriter:
             self._wakeup.notify()
 
     def close(self) -> None:
+        self._hand_over()  # appends that arrived in this step of the loop are written, as if handed over already
         with self._wakeup:
             self._closed = True
             self._wakeup.notify()

@@ -1,0 +1,503 @@
+"""Spec 12 as a frontend checks it, on both backends: the sidebar's Session members, listing parameters, the search
+word rule and its match, and fork at a turn or a message with events (the sentences the other spec 12 tests leave
+open)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from starlette.testclient import TestClient
+
+from tests.api.builders import (
+    assistant_message,
+    note,
+    step_end,
+    step_start,
+    turn,
+    turn_end,
+    turn_start,
+    turns,
+    user_message,
+)
+from tests.api.helpers import append, assert_invalid_request, assert_problem, create, events_of, get_session
+
+
+def _later() -> None:
+    time.sleep(0.02)  # a later millisecond than every time given so far
+
+
+def _ids(client: TestClient, **params: Any) -> list[str]:
+    response = client.get("/sessions", params=params)
+    assert response.status_code == 200, response.text
+    return [item["id"] for item in response.json()["items"]]
+
+
+def _search(client: TestClient, q: str, **params: Any) -> list[dict[str, Any]]:
+    response = client.get("/sessions", params={"q": q, **params})
+    assert response.status_code == 200, response.text
+    items: list[dict[str, Any]] = response.json()["items"]
+    return items
+
+
+def _found(client: TestClient, q: str) -> list[str]:
+    return sorted(item["id"] for item in _search(client, q))
+
+
+def _title(title: Any) -> dict[str, Any]:
+    return {"type": "session/title", "data": {"title": title, "messageSeqs": [], "source": "model"}}
+
+
+def _said(question: str, answer: str, number: int = 1) -> list[dict[str, Any]]:
+    return [
+        turn_start(number),
+        user_message(question),
+        step_start(number),
+        assistant_message(number, 1, answer),
+        step_end(number),
+        turn_end(number),
+    ]
+
+
+def _line_bytes(events: list[dict[str, Any]]) -> int:
+    return sum(len((json.dumps(event, separators=(",", ":"), ensure_ascii=False) + "\n").encode()) for event in events)
+
+
+# --- Session members ---------------------------------------------------------------------------------------------
+
+
+def test_title_is_the_last_title_events_and_null_without_one(client: TestClient) -> None:
+    create(client, id="s", seed=turn(1))
+    assert get_session(client, "s")["title"] is None
+
+    append(client, "s", [_title("First name"), note("between"), _title("Second name")])
+    assert get_session(client, "s")["title"] == "Second name"
+
+    append(client, "s", [_title("Third name")])
+    assert get_session(client, "s")["title"] == "Third name"
+    assert _ids(client, q="second") == []  # the searchable title is the current one
+    assert _ids(client, q="third") == ["s"]
+
+
+def test_preview_is_the_first_user_message_joined_trimmed_and_cut_at_200_characters(client: TestClient) -> None:
+    first = user_message("x")
+    first["data"]["content"] = [
+        {"type": "text", "text": "  Hello\t\n"},
+        {"type": "image", "data": "aGk=", "mimeType": "image/png"},
+        {"type": "text", "text": "world  "},
+    ]
+    create(client, id="joined", seed=[turn_start(1), first, step_start(1), step_end(1), turn_end(1)])
+    assert get_session(client, "joined")["preview"] == "Hello world"
+
+    long_text = "😀" * 150 + " " + "é" * 150  # astral characters: cut between characters, not UTF-16 units
+    create(client, id="long", seed=[turn_start(1), user_message(long_text), turn_end(1)])
+    preview = get_session(client, "long")["preview"]
+    assert preview == ("😀" * 150 + " " + "é" * 150)[:200]
+    assert len(preview) == 200
+
+    create(client, id="later", seed=_said("the first question", "ok"))
+    append(client, "later", _said("a second question", "ok", number=2))
+    assert get_session(client, "later")["preview"] == "the first question"
+
+    create(client, id="none", seed=[note("no message yet")])
+    assert get_session(client, "none")["preview"] is None
+
+
+def test_updated_at_follows_the_last_event_and_nothing_else(client: TestClient) -> None:
+    created = create(client, id="s", seed=turns(1))
+    assert created["updatedAt"] == max(created["createdAt"], events_of(client, "s")[-1]["time"])
+    _later()
+
+    client.get("/sessions/s/events")
+    client.get("/sessions/s/history")
+    assert client.post("/sessions/s/snapshot", json={}).status_code == 200
+    refused = client.post("/sessions/s/events", json={"events": [turn_start(9)]})
+    assert_problem(refused, 422, "INVALID_EVENT", index=0)
+    assert client.post("/sessions/s/events", json={"events": [note("x")], "expectedSeq": 0}).status_code == 409
+    child = client.post("/sessions/s/fork", json={"sessionId": "kid"}).json()
+    assert get_session(client, "s")["updatedAt"] == created["updatedAt"]
+
+    # A fork's child is as new as the fork: its createdAt is later than every event it copied.
+    assert child["updatedAt"] == child["createdAt"] > created["updatedAt"]
+    _later()
+    appended = append(client, "s", [note("touch")])
+    last_time = appended["events"][-1]["time"]
+    assert appended["session"]["updatedAt"] == last_time == get_session(client, "s")["updatedAt"]
+    assert _ids(client, order="updated") == ["s", "kid"]
+
+
+def test_bytes_grows_by_the_exported_lines_of_each_append(client: TestClient) -> None:
+    created = create(client, id="s", seed=_said("naïve ☕ question", "réponse"))
+    header = (
+        f'{{"type":"session","version":0,"id":"s","createdAt":{created["createdAt"]},'
+        f'"delegationDepth":0,"instance":"{created["instance"]}"}}\n'
+    )
+    assert created["bytes"] == len(header.encode()) + _line_bytes(events_of(client, "s"))
+
+    appended = append(client, "s", [note("ünïcödé 😀"), _title("Titel über")])
+
+    assert appended["session"]["bytes"] == created["bytes"] + _line_bytes(appended["events"])
+    assert get_session(client, "s")["bytes"] == appended["session"]["bytes"]
+    listed = client.get("/sessions").json()["items"][0]
+    assert listed["bytes"] == appended["session"]["bytes"]
+
+
+def test_every_answer_that_carries_a_session_carries_the_new_members(client: TestClient) -> None:
+    created = create(client, id="s", seed=[_title("Greeting"), *_said("hello there", "hi")])
+    forked = client.post("/sessions/s/fork", json={"sessionId": "kid"}).json()
+    snapshot_source = client.post("/sessions/s/snapshot", json={}).json()["source"]
+    appended = append(client, "s", [note("n")])["session"]
+    searched = _search(client, "greeting")
+    listed = client.get("/sessions", params={"order": "updated"}).json()["items"]
+
+    for session in (created, forked, snapshot_source, appended, *searched, *listed):
+        assert {"updatedAt", "title", "preview", "bytes"} <= set(session), session
+        assert session["preview"] == "hello there"
+        assert session["title"] == "Greeting"  # the child's seed holds the title event too
+        assert isinstance(session["bytes"], int) and session["bytes"] > 0
+
+
+# --- Listing -----------------------------------------------------------------------------------------------------
+
+
+def test_limit_bounds_hold_for_every_order_and_for_a_search(client: TestClient) -> None:
+    create(client, id="s", seed=_said("limits", "ok"))
+    for extra in ({}, {"order": "updated"}, {"q": "limits"}):
+        for bad in ("0", "1001", "-1", "ten", "1.5"):
+            assert_invalid_request(client.get("/sessions", params={**extra, "limit": bad}), "limit")
+        assert client.get("/sessions", params={**extra, "limit": "1000"}).status_code == 200
+        assert client.get("/sessions", params={**extra, "limit": "1"}).status_code == 200
+
+
+def test_order_and_direction_values_are_exact(client: TestClient) -> None:
+    for name, value in (("order", "UPDATED"), ("order", ""), ("direction", "DESC"), ("direction", "descending")):
+        assert_invalid_request(client.get("/sessions", params={name: value}), name)
+    assert_invalid_request(client.get("/sessions", params={"q": "x", "order": "relevance"}), "order")
+
+
+def test_q_of_200_characters_is_taken_and_of_201_refused(client: TestClient) -> None:
+    word = "a" * 200
+    create(client, id="s", seed=_said(word, "ok"))
+    assert _ids(client, q=word) == ["s"]
+    assert_invalid_request(client.get("/sessions", params={"q": "é" * 201}), "q")
+    assert_invalid_request(client.get("/sessions", params={"q": "😀" * 201}), "q")
+
+
+def test_a_search_orders_by_updated_desc_unless_told(client: TestClient) -> None:
+    for name in ("a", "b", "c"):
+        create(client, id=name, seed=_said("shared words", "ok"))
+    _later()
+    append(client, "a", [note("touch")])
+
+    assert _ids(client, q="shared") == ["a", "c", "b"]
+    assert _ids(client, q="shared", direction="asc") == ["b", "c", "a"]
+    assert _ids(client, q="shared", order="created") == ["a", "b", "c"]
+    assert _ids(client, q="shared", order="created", direction="desc") == ["c", "b", "a"]
+
+
+def test_order_updated_pages_by_key_with_filters_and_parent(client: TestClient) -> None:
+    create(client, id="root", seed=turns(1), meta={"cwd": "/w"})
+    for number in range(5):
+        assert client.post("/sessions/root/fork", json={"sessionId": f"k{number}"}).status_code == 201
+    create(client, id="other", meta={"cwd": "/w"})
+    _later()
+    append(client, "k1", [note("touch")])
+
+    pages: list[str] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"order": "updated", "parent": "root", "limit": 2}
+        if cursor:
+            params["cursor"] = cursor
+        page = client.get("/sessions", params=params).json()
+        pages += [item["id"] for item in page["items"]]
+        cursor = page["nextCursor"]
+        if cursor is None:
+            break
+    assert pages == ["k1", "k4", "k3", "k2", "k0"]
+    assert _ids(client, order="updated", cwd="/w") == ["k1", "other", "k4", "k3", "k2", "k0", "root"]
+    assert _ids(client, order="updated", cwd="/w", origin="subagent") == []
+
+
+def test_a_session_that_changes_while_paging_moves_and_the_others_appear_once(client: TestClient) -> None:
+    for number in range(6):
+        create(client, id=f"s{number}")
+    first = client.get("/sessions", params={"order": "updated", "limit": 3}).json()
+    assert [item["id"] for item in first["items"]] == ["s5", "s4", "s3"]
+    _later()
+    append(client, "s4", [note("moved to the front")])
+
+    rest = client.get("/sessions", params={"order": "updated", "limit": 10, "cursor": first["nextCursor"]}).json()
+
+    assert [item["id"] for item in rest["items"]] == ["s2", "s1", "s0"]
+    assert rest["nextCursor"] is None
+
+
+def test_a_deleted_session_leaves_the_list_and_the_search(client: TestClient) -> None:
+    create(client, id="gone", seed=_said("ephemeral words", "ok"))
+    create(client, id="kept", seed=_said("ephemeral too", "ok"))
+    assert client.delete("/sessions/gone").status_code == 204
+
+    assert _ids(client, q="ephemeral") == ["kept"]
+    assert _ids(client, order="updated") == ["kept"]
+
+
+def test_a_garbage_cursor_is_an_invalid_request(client: TestClient) -> None:
+    create(client, id="s")
+    for params in ({"cursor": "not-a-cursor"}, {"cursor": "x", "order": "updated"}, {"cursor": "!!", "q": "s"}):
+        assert_invalid_request(client.get("/sessions", params=params), "cursor")
+
+
+# --- Search ------------------------------------------------------------------------------------------------------
+
+
+def test_words_are_runs_of_letters_and_digits(client: TestClient) -> None:
+    create(client, id="p", seed=_said("Don't break snake_case or e-mail; version v2.3 (ok)!", "Ready."))
+    create(client, id="u", seed=_said("Ünïcode Straße 東京 тест", "fine"))
+
+    for q in ("snake case", "e mail", "don t", "v2 3", "ready", "version", "ok"):
+        assert _found(client, q) == ["p"], q
+    assert _found(client, "snake_case") == ["p"]  # the query's own punctuation splits its words
+    assert _found(client, "e-mail!") == ["p"]
+    assert _found(client, "nake") == []  # a word, or the start of one: never its middle
+    assert _found(client, "mail e") == ["p"]  # the last word may be a whole word too
+    assert _found(client, "straße") == ["u"]
+    assert _found(client, "STRASSE") == []
+    assert _found(client, "東京") == ["u"]
+    assert _found(client, "\u0422\u0415\u0421\u0422") == ["u"]
+    assert _found(client, "ünï") == ["u"]
+
+
+def test_every_word_must_be_whole_except_the_last(client: TestClient) -> None:
+    create(client, id="s", seed=_said("running tests quickly", "the deployment worked"))
+    assert _found(client, "run") == ["s"]  # a prefix as the last word
+    assert _found(client, "run tests") == []  # stems never stand for words: "run" is not a word here
+    assert _found(client, "running deploy") == ["s"]
+    assert _found(client, "running deployments") == []
+    assert _found(client, "tests tests quick") == ["s"]
+    assert _found(client, "the worked") == ["s"]  # common words count like any other
+
+
+def test_reasoning_tool_calls_and_other_events_are_not_searched(client: TestClient) -> None:
+    answer = assistant_message(1, 1, "visible answer")
+    answer["data"]["message"]["content"].insert(0, {"type": "reasoning", "text": "hiddenthought"})
+    seed = [
+        turn_start(1),
+        user_message("visible question"),
+        step_start(1),
+        {"type": "assistant/chunk", "data": {"turn": 1, "step": 1, "chunk": {"type": "text", "text": "chunkword"}}},
+        answer,
+        step_end(1),
+        turn_end(1),
+        note("noteword"),
+    ]
+    create(client, id="s", seed=seed)
+
+    assert _found(client, "visible") == ["s"]
+    for q in ("hiddenthought", "chunkword", "noteword", "completed"):
+        assert _found(client, q) == [], q
+
+
+def test_an_appended_title_and_cwd_are_searched(client: TestClient) -> None:
+    create(client, id="s", meta={"cwd": "/srv/Quantum_Lab"}, seed=_said("hello", "hi"))
+    assert _found(client, "quantum lab") == ["s"]
+    assert _found(client, "srv quant") == ["s"]
+    append(client, "s", [_title("Orbital mechanics")])
+    assert _found(client, "orbital quantum") == ["s"]
+
+
+def test_the_match_names_the_first_message_that_holds_the_first_word(client: TestClient) -> None:
+    filler = "lorem ipsum " * 40
+    create(
+        client,
+        id="s",
+        seed=[
+            *_said("nothing relevant", "still nothing"),
+            *_said(f"{filler} the needle sits here {filler}", "the needle again", number=2),
+        ],
+    )
+    (item,) = _search(client, "needle sits")
+
+    assert item["match"]["seq"] == 7
+    snippet = item["match"]["snippet"]
+    assert "needle" in snippet and len(snippet) <= 200
+    assert snippet in " ".join(f"{filler} the needle sits here {filler}".split())
+    session = {key: value for key, value in item.items() if key != "match"}
+    assert session == get_session(client, "s")
+
+    (by_prefix,) = _search(client, "sits need")
+    assert by_prefix["match"]["seq"] == 7  # the first word, whole: "sits" stands in turn 2's question only
+    (later,) = _search(client, "again")
+    assert later["match"]["seq"] == 9
+
+
+def test_a_search_sees_an_append_acknowledged_a_second_ago_on_a_restarted_service(make_client: Any) -> None:
+    first = make_client()
+    create(first, id="s", seed=_said("before", "ok"))
+    append(first, "s", _said("afterwards zeppelin", "ok", number=2))
+    first.__exit__(None, None, None)
+
+    again = make_client()
+    assert _found(again, "zeppelin") == ["s"]
+    append(again, "s", [_title("Airship")])
+    time.sleep(1.1)
+    assert _found(again, "airship zepp") == ["s"]
+
+
+# --- Fork at a turn or a message, with events --------------------------------------------------------------------
+
+
+def test_boundary_members_must_have_their_types(client: TestClient) -> None:
+    create(client, id="src", seed=turns(2))
+    for body, field in (
+        ({"atTurn": "1"}, "atTurn"),
+        ({"atTurn": 1.5}, "atTurn"),
+        ({"atTurn": True}, "atTurn"),
+        ({"atMessageId": 3}, "atMessageId"),
+        ({"atMessageId": ["x"]}, "atMessageId"),
+        ({"events": {"type": "turn/start"}}, "events"),
+        ({"events": "x"}, "events"),
+        ({"atSeq": 8, "atMessageId": "x"}, "atMessageId"),
+    ):
+        assert_invalid_request(client.post("/sessions/src/fork", json=body), field)
+    assert _ids(client) == ["src"]
+
+
+def test_at_turn_with_an_integral_float_and_nulls_as_absent(client: TestClient) -> None:
+    create(client, id="src", seed=turns(2))
+    response = client.post("/sessions/src/fork", json={"atTurn": 1.0, "atSeq": None, "atMessageId": None})
+    assert response.status_code == 201, response.text
+    assert response.json()["seedLength"] == 9
+    whole = client.post("/sessions/src/fork", json={"atTurn": None, "events": None})
+    assert whole.status_code == 201, whole.text
+    assert whole.json()["seedLength"] == 18
+
+
+def test_at_turn_past_the_last_or_of_an_open_turn_is_an_invalid_boundary(client: TestClient) -> None:
+    create(client, id="src", seed=turns(2))
+    assert_problem(client.post("/sessions/src/fork", json={"atTurn": 3}), 422, "INVALID_BOUNDARY")
+    create(client, id="empty")
+    assert client.post("/sessions/empty/fork", json={"atTurn": 0}).status_code == 201
+    assert_problem(client.post("/sessions/empty/fork", json={"atTurn": 1}), 422, "INVALID_BOUNDARY")
+
+
+def test_at_message_id_of_a_user_message_is_an_invalid_boundary_with_a_reason(client: TestClient) -> None:
+    create(client, id="src", seed=turns(2))
+    user_id = next(e["data"]["id"] for e in events_of(client, "src") if e["type"] == "user/message")
+    refused = client.post("/sessions/src/fork", json={"atMessageId": user_id})
+    body = assert_problem(refused, 422, "INVALID_BOUNDARY")
+    assert isinstance(body["reason"], str) and body["reason"]
+    assert _ids(client) == ["src"]
+
+
+def test_the_source_is_checked_before_the_boundary(client: TestClient) -> None:
+    create(client, id="src", seed=turns(1))
+    create(client, id="taken")
+    assert_problem(client.post("/sessions/nope/fork", json={"atTurn": 9}), 404, "SESSION_NOT_FOUND")
+    assert_problem(
+        client.post("/sessions/src/fork", json={"sessionId": "taken", "atMessageId": "unknown"}),
+        409,
+        "SESSION_ALREADY_EXISTS",
+    )
+    assert_problem(client.post("/sessions/src/fork", json={"atTurn": 9, "expectedSeq": 3}), 409, "SEQ_CONFLICT")
+    assert_problem(client.post("/sessions/src/fork", json={"atTurn": 9, "instance": "other"}), 409, "SESSION_NOT_LIVE")
+
+
+def test_events_continue_the_seed_get_seqs_and_times_and_leave_seed_length_alone(client: TestClient) -> None:
+    create(client, id="src", seed=turns(2))
+    regenerated = [turn_start(2), user_message("question 2"), step_start(2)]
+
+    child = client.post("/sessions/src/fork", json={"sessionId": "kid", "atTurn": 1, "events": regenerated}).json()
+
+    assert (child["seedLength"], child["eventCount"], child["openTurn"]) == (9, 12, 2)
+    stored = events_of(client, "kid")
+    assert [event["seq"] for event in stored] == list(range(12))
+    assert all(isinstance(event["time"], int) for event in stored)
+    after = append(client, "kid", [assistant_message(2, 1, "a new answer"), step_end(2), turn_end(2)])
+    assert after["session"]["forkable"] is True
+    lineage = client.get("/sessions/kid/lineage").json()
+    assert [ancestor["id"] for ancestor in lineage["ancestors"]] == ["src"]
+
+
+def test_events_that_break_the_rules_make_nothing(client: TestClient) -> None:
+    create(client, id="src", seed=turns(2))
+    for events, index in (
+        ([turn_start(3)], 0),  # the turn after the seed's is 2
+        ([turn_start(2), user_message("ok"), turn_start(4)], 2),
+        ([{"type": "turn/start"}], 0),
+        ([{"data": {}}], 0),
+        ([note("fine"), {**note("stamped"), "time": 5}], 1),
+    ):
+        refused = client.post("/sessions/src/fork", json={"sessionId": "kid", "atTurn": 1, "events": events})
+        assert_problem(refused, 422, "INVALID_EVENT", index=index)
+        assert_problem(client.get("/sessions/kid"), 404, "SESSION_NOT_FOUND")
+    assert _ids(client) == ["src"]
+    assert client.post("/sessions/src/fork", json={"sessionId": "kid", "events": [turn_start(3)]}).status_code == 201
+
+
+def test_events_after_an_at_message_id_fork(client: TestClient) -> None:
+    create(client, id="src", seed=turns(2))
+    first_answer = next(
+        e["data"]["message"]["id"] for e in events_of(client, "src") if e["type"] == "assistant/message"
+    )
+    response = client.post(
+        "/sessions/src/fork", json={"atMessageId": first_answer, "events": [turn_start(2), user_message("other")]}
+    )
+    assert response.status_code == 201, response.text
+    assert (response.json()["seedLength"], response.json()["eventCount"]) == (9, 11)
+
+
+def test_an_idempotency_key_with_other_events_is_reused(client: TestClient) -> None:
+    create(client, id="src", seed=turns(2))
+    headers = {"Idempotency-Key": "edit-7"}
+    first = client.post(
+        "/sessions/src/fork", json={"atTurn": 1, "events": [turn_start(2), user_message("a")]}, headers=headers
+    )
+    assert first.status_code == 201
+    other = client.post(
+        "/sessions/src/fork", json={"atTurn": 1, "events": [turn_start(2), user_message("b")]}, headers=headers
+    )
+    assert_problem(other, 422, "IDEMPOTENCY_KEY_REUSED")
+    assert len(_ids(client)) == 2
+
+
+def test_a_refused_fork_with_an_idempotency_key_replays_its_refusal_and_makes_nothing(client: TestClient) -> None:
+    create(client, id="src", seed=turns(2))
+    body = {"sessionId": "kid", "atTurn": 1, "events": [turn_start(5)]}
+    headers = {"Idempotency-Key": "bad-edit"}
+    first = client.post("/sessions/src/fork", json=body, headers=headers)
+    again = client.post("/sessions/src/fork", json=body, headers=headers)
+    assert_problem(first, 422, "INVALID_EVENT", index=0)
+    assert_problem(again, 422, "INVALID_EVENT", index=0)
+    assert _ids(client) == ["src"]
+
+
+def test_the_edited_child_is_listed_and_searched_with_its_new_message(client: TestClient) -> None:
+    create(client, id="src", seed=[*_said("original wording", "ok"), *_said("second question", "ok", number=2)])
+    _later()
+    edited = [turn_start(2), user_message("edited wording")]
+    child = client.post("/sessions/src/fork", json={"sessionId": "kid", "atTurn": 1, "events": edited}).json()
+
+    assert _ids(client, order="updated")[0] == "kid"
+    assert _found(client, "edited") == ["kid"]
+    assert _found(client, "original wording") == ["kid", "src"]
+    assert child["preview"] == "original wording"
+    assert child["updatedAt"] == max(child["createdAt"], events_of(client, "kid")[-1]["time"])
+
+
+# --- OpenAPI -----------------------------------------------------------------------------------------------------
+
+
+def test_the_openapi_document_declares_the_parameters_members_and_problems(client: TestClient) -> None:
+    document = client.get("/openapi.json").json()
+    listing = document["paths"]["/sessions"]["get"]
+    names = {parameter["name"] for parameter in listing["parameters"]}
+    assert {"order", "direction", "cwd", "origin", "agentPreset", "q", "cursor", "limit", "parent"} <= names
+    assert "422" in listing["responses"]
+
+    text = json.dumps(document)
+    for member in ("updatedAt", "title", "preview", "bytes", "match", "snippet", "atTurn", "atMessageId"):
+        assert f'"{member}"' in text, member
+    fork = document["paths"]["/sessions/{id}/fork"]["post"]
+    assert {"201", "404", "409", "422"} <= set(fork["responses"])

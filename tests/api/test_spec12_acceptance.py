@@ -10,6 +10,7 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
+from app.domain.access import Scope
 from tests.api.builders import (
     assistant_message,
     note,
@@ -21,7 +22,9 @@ from tests.api.builders import (
     turns,
     user_message,
 )
+from tests.api.conftest import ClientFactory
 from tests.api.helpers import append, assert_invalid_request, assert_problem, create, events_of, get_session
+from tests.api.test_access import write_keys
 
 
 def _later() -> None:
@@ -150,8 +153,12 @@ def test_every_answer_that_carries_a_session_carries_the_new_members(client: Tes
     appended = append(client, "s", [note("n")])["session"]
     searched = _search(client, "greeting")
     listed = client.get("/sessions", params={"order": "updated"}).json()["items"]
+    lineage = (
+        client.get("/sessions/kid/lineage").json()["ancestors"] + client.get("/sessions/s/lineage").json()["children"]
+    )
 
-    for session in (created, forked, snapshot_source, appended, *searched, *listed):
+    assert len(lineage) == 2
+    for session in (created, forked, snapshot_source, appended, *searched, *listed, *lineage):
         assert {"updatedAt", "title", "preview", "bytes"} <= set(session), session
         assert session["preview"] == "hello there"
         assert session["title"] == "Greeting"  # the child's seed holds the title event too
@@ -343,6 +350,27 @@ def test_a_search_sees_an_append_acknowledged_a_second_ago_on_a_restarted_servic
     append(again, "s", [_title("Airship")])
     time.sleep(1.1)
     assert _found(again, "airship zepp") == ["s"]
+
+
+def test_a_search_and_a_list_hold_only_the_callers_tenant(make_client: ClientFactory, tmp_path: Any) -> None:
+    keys = write_keys(
+        tmp_path / "keys.jsonl", {"a": ("a", (Scope.READ, Scope.WRITE)), "b": ("b", (Scope.READ, Scope.WRITE))}
+    )
+    client = make_client(keys_file=keys.path)
+    for caller in ("a", "b"):
+        made = client.post(
+            "/sessions",
+            json={"id": f"own-{caller}", "seed": _said("shared secret plan", "ok")},
+            headers=keys.auth(caller),
+        )
+        assert made.status_code == 201, made.text
+
+    for caller in ("a", "b"):
+        for params in ({"q": "secret"}, {"q": "shared sec"}, {"order": "updated"}, {"cwd": "/nowhere"}):
+            found = client.get("/sessions", params=params, headers=keys.auth(caller))
+            assert found.status_code == 200, found.text
+            expected = [] if "cwd" in params else [f"own-{caller}"]
+            assert [item["id"] for item in found.json()["items"]] == expected, (caller, params)
 
 
 # --- Fork at a turn or a message, with events --------------------------------------------------------------------

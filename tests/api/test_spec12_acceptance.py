@@ -5,11 +5,16 @@ open)."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
+from pathlib import Path
 from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
+from app.api.app import create_app
+from app.api.settings import Settings
 from app.backends.files.codec import encode_header
 from app.domain.access import Scope
 from app.domain.session import SessionHeader
@@ -405,6 +410,51 @@ def test_a_search_and_a_list_hold_only_the_callers_tenant(make_client: ClientFac
             assert found.status_code == 200, found.text
             expected = [] if "cwd" in params else [f"own-{caller}"]
             assert [item["id"] for item in found.json()["items"]] == expected, (caller, params)
+
+
+def _sidebar(client: TestClient) -> dict[str, Any]:
+    """What a sidebar shows, by every order a frontend asks for."""
+    return {
+        "updated": client.get("/sessions", params={"order": "updated"}).json()["items"],
+        "created": client.get("/sessions", params={"direction": "desc"}).json()["items"],
+        "search": _search(client, "kept words"),
+    }
+
+
+def _filled(client: TestClient) -> None:
+    create(client, id="a", meta={"cwd": "/w"}, seed=[_title("First"), *_said("kept words here", "ok")])
+    create(client, id="b", seed=_said("kept words too", "fine"))
+    _later()
+    append(client, "a", [_title("Renamed ü"), *_said("more kept wordsmith", "ok", number=2)])
+    assert (
+        client.post("/sessions/a/fork", json={"sessionId": "c", "atTurn": 1, "events": [turn_start(2)]}).status_code
+        == 201
+    )
+
+
+def test_the_members_order_and_search_are_the_same_after_a_restart(make_client: ClientFactory) -> None:
+    first = make_client()
+    _filled(first)
+    before = _sidebar(first)
+    assert [item["id"] for item in before["updated"]] == ["c", "a", "b"]
+    first.__exit__(None, None, None)
+
+    again = make_client()
+    assert _sidebar(again) == before
+
+
+@pytest.mark.files_only
+def test_the_members_order_and_search_survive_a_crash(
+    make_client: ClientFactory, data_dir: Path, tmp_path: Path
+) -> None:
+    live = make_client()
+    _filled(live)
+    before = _sidebar(live)
+    crashed = tmp_path / "crashed"
+    shutil.copytree(data_dir, crashed)  # the files as a kill -9 leaves them: no shutdown ran
+
+    after = make_client(create_app(Settings(data_dir=crashed, fsync=False)))
+    assert _sidebar(after) == before
 
 
 # --- Fork at a turn or a message, with events --------------------------------------------------------------------

@@ -457,6 +457,26 @@ def test_the_members_order_and_search_survive_a_crash(
     assert _sidebar(after) == before
 
 
+def test_a_replica_lists_and_finds_what_another_acknowledged(make_client: ClientFactory, store: str) -> None:
+    if store != "postgres":
+        pytest.skip("a data directory has one process: replicas share a database")
+    one, other = make_client(), make_client()
+    create(one, id="old", seed=_said("nothing", "ok"))
+    create(one, id="s", seed=_said("plain", "ok"))
+    _later()
+    append(one, "s", [_title("Blimp voyage"), *_said("dirigible talk", "ok", number=2)])
+    time.sleep(1.1)
+
+    assert _found(other, "blimp dirig") == ["s"]
+    assert _ids(other, order="updated") == ["s", "old"]
+    assert get_session(other, "s")["title"] == "Blimp voyage"
+    edited = other.post("/sessions/s/fork", json={"sessionId": "kid", "atTurn": 1, "events": [turn_start(2)]})
+    assert edited.status_code == 201, edited.text
+    time.sleep(1.1)
+    assert _ids(one, order="updated")[0] == "kid"
+    assert _found(one, "blimp") == ["s"]
+
+
 # --- Fork at a turn or a message, with events --------------------------------------------------------------------
 
 

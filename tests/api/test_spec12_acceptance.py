@@ -23,6 +23,8 @@ from tests.api.builders import (
     note,
     step_end,
     step_start,
+    tool_call,
+    tool_result,
     turn,
     turn_end,
     turn_start,
@@ -32,6 +34,7 @@ from tests.api.builders import (
 from tests.api.conftest import ClientFactory
 from tests.api.helpers import append, assert_invalid_request, assert_problem, create, events_of, get_session
 from tests.api.test_access import write_keys
+from tests.events import message_id
 
 
 def _later() -> None:
@@ -281,6 +284,19 @@ def test_a_session_that_changes_while_paging_moves_and_the_others_appear_once(cl
     assert rest["nextCursor"] is None
 
 
+def test_a_recreated_id_is_searched_by_its_new_log_only(client: TestClient) -> None:
+    create(client, id="s", seed=_said("oldword", "ok"))
+    assert _found(client, "oldword") == ["s"]
+    assert client.delete("/sessions/s").status_code == 204
+    create(client, id="s", seed=_said("newword", "ok"))
+
+    assert _found(client, "oldword") == []
+    assert _found(client, "newword") == ["s"]
+    time.sleep(1.1)  # once the index has caught up, too
+    assert _found(client, "oldword") == []
+    assert _found(client, "newword") == ["s"]
+
+
 def test_a_deleted_session_leaves_the_list_and_the_search(client: TestClient) -> None:
     create(client, id="gone", seed=_said("ephemeral words", "ok"))
     create(client, id="kept", seed=_said("ephemeral too", "ok"))
@@ -521,6 +537,34 @@ def test_at_message_id_of_a_user_message_is_an_invalid_boundary_with_a_reason(cl
     body = assert_problem(refused, 422, "INVALID_BOUNDARY")
     assert isinstance(body["reason"], str) and body["reason"]
     assert _ids(client) == ["src"]
+
+
+def test_at_message_id_counts_only_messages_after_it_in_its_turn(client: TestClient) -> None:
+    looking = assistant_message(1, 1, "let me look")
+    done = assistant_message(1, 2, "done")
+    call_id = message_id("call")
+    seed = [
+        turn_start(1),
+        user_message("find it"),
+        step_start(1),
+        looking,
+        tool_call(1, 1, call_id),
+        tool_result(1, 1, call_id, "found"),
+        step_end(1),
+        step_start(1, 2),
+        done,
+        step_end(1, 2),
+        turn_end(1, "cancelled"),
+        *_said("next", "ok", number=2),
+    ]
+    create(client, id="src", seed=seed)
+
+    refused = client.post("/sessions/src/fork", json={"atMessageId": looking["data"]["message"]["id"]})
+    assert_problem(refused, 422, "INVALID_BOUNDARY")
+    assert refused.json()["reason"]
+    child = client.post("/sessions/src/fork", json={"atMessageId": done["data"]["message"]["id"]})
+    assert child.status_code == 201, child.text
+    assert (child.json()["seedLength"], child.json()["lastEventType"]) == (11, "turn/end")
 
 
 def test_the_source_is_checked_before_the_boundary(client: TestClient) -> None:

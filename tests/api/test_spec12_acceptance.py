@@ -19,6 +19,7 @@ from app.backends.files.codec import encode_header
 from app.domain.access import Scope
 from app.domain.session import SessionHeader
 from tests.api.builders import (
+    as_seed,
     assistant_message,
     note,
     step_end,
@@ -622,6 +623,37 @@ def test_events_after_an_at_message_id_fork(client: TestClient) -> None:
     )
     assert response.status_code == 201, response.text
     assert (response.json()["seedLength"], response.json()["eventCount"]) == (9, 11)
+
+
+def test_events_after_a_seed_with_future_times_get_later_times(client: TestClient) -> None:
+    future = 9_000_000_000_000
+    create(client, id="src", seed=as_seed(turns(2), first_time=future))
+    create(client, id="plain", seed=turns(1))
+
+    child = client.post("/sessions/src/fork", json={"sessionId": "kid", "atTurn": 1, "events": [turn_start(2)]}).json()
+
+    stored = events_of(client, "kid")
+    assert stored[-1]["time"] >= stored[-2]["time"] == future + 8
+    assert child["updatedAt"] == stored[-1]["time"] > child["createdAt"]
+    assert _ids(client, order="updated") == ["src", "kid", "plain"]  # future + 17, then future + 8, then now
+
+
+def test_a_fork_with_events_replays_after_a_restart(make_client: ClientFactory) -> None:
+    first = make_client()
+    create(first, id="src", seed=turns(2))
+    body = {"atTurn": 1, "events": [turn_start(2), user_message("edited")]}
+    headers = {"Idempotency-Key": "edit-after-restart"}
+    made = first.post("/sessions/src/fork", json=body, headers=headers)
+    assert made.status_code == 201, made.text
+    first.__exit__(None, None, None)
+
+    again = make_client()
+    replayed = again.post("/sessions/src/fork", json=body, headers=headers)
+
+    assert replayed.status_code == 201, replayed.text
+    assert replayed.headers.get("idempotent-replayed") == "true"
+    assert replayed.json()["id"] == made.json()["id"]
+    assert sorted(_ids(again)) == sorted(["src", made.json()["id"]])
 
 
 def test_an_idempotency_key_with_other_events_is_reused(client: TestClient) -> None:

@@ -221,6 +221,35 @@ def test_limit_bounds_hold_for_every_order_and_for_a_search(client: TestClient) 
         assert client.get("/sessions", params={**extra, "limit": "1"}).status_code == 200
 
 
+def test_the_page_that_holds_the_last_session_has_no_next_cursor(client: TestClient) -> None:
+    for number in range(3):
+        create(client, id=f"s{number}", seed=_said("same words", "ok"))
+    create(client, id="other")
+    for params in (
+        {"order": "updated", "limit": 4},
+        {"order": "updated", "direction": "asc", "limit": 4},
+        {"q": "same", "limit": 3},
+        {"q": "same", "order": "created", "limit": 3},
+        {"order": "updated", "cwd": "/none", "limit": 1},
+    ):
+        page = client.get("/sessions", params=params).json()
+        assert page["nextCursor"] is None, params
+    first = client.get("/sessions", params={"q": "same wor", "limit": 2}).json()
+    rest = client.get("/sessions", params={"q": "same wor", "limit": 2, "cursor": first["nextCursor"]}).json()
+    assert [item["id"] for item in first["items"] + rest["items"]] == ["s2", "s1", "s0"]
+    assert rest["nextCursor"] is None
+
+
+def test_the_default_page_is_100_by_every_order(client: TestClient) -> None:
+    for number in range(101):
+        create(client, id=f"s{number:03}", seed=_said("sample", "ok"))
+    for params in ({"order": "updated"}, {"q": "sam"}, {"direction": "desc"}):
+        page = client.get("/sessions", params=params).json()
+        assert len(page["items"]) == 100 and page["nextCursor"], params
+        rest = client.get("/sessions", params={**params, "cursor": page["nextCursor"]}).json()
+        assert len(rest["items"]) == 1 and rest["nextCursor"] is None, params
+
+
 def test_order_and_direction_values_are_exact(client: TestClient) -> None:
     for name, value in (("order", "UPDATED"), ("order", ""), ("direction", "DESC"), ("direction", "descending")):
         assert_invalid_request(client.get("/sessions", params={name: value}), name)
@@ -231,6 +260,7 @@ def test_q_of_200_characters_is_taken_and_of_201_refused(client: TestClient) -> 
     word = "a" * 200
     create(client, id="s", seed=_said(word, "ok"))
     assert _ids(client, q=word) == ["s"]
+    assert client.get("/sessions", params={"q": "😀" * 200}).status_code == 200  # characters, not UTF-16 units
     assert_invalid_request(client.get("/sessions", params={"q": "é" * 201}), "q")
     assert_invalid_request(client.get("/sessions", params={"q": "😀" * 201}), "q")
 

@@ -225,13 +225,14 @@ def test_the_page_that_holds_the_last_session_has_no_next_cursor(client: TestCli
     for number in range(3):
         create(client, id=f"s{number}", seed=_said("same words", "ok"))
     create(client, id="other")
-    for params in (
+    cases: list[dict[str, Any]] = [
         {"order": "updated", "limit": 4},
         {"order": "updated", "direction": "asc", "limit": 4},
         {"q": "same", "limit": 3},
         {"q": "same", "order": "created", "limit": 3},
         {"order": "updated", "cwd": "/none", "limit": 1},
-    ):
+    ]
+    for params in cases:
         page = client.get("/sessions", params=params).json()
         assert page["nextCursor"] is None, params
     first = client.get("/sessions", params={"q": "same wor", "limit": 2}).json()

@@ -500,6 +500,8 @@ def test_the_members_order_and_search_survive_a_crash(
     before = _sidebar(live)
     crashed = tmp_path / "crashed"
     shutil.copytree(data_dir, crashed)  # the files as a kill -9 leaves them: no shutdown ran
+    with (crashed / "sessions" / "a.jsonl").open("ab") as torn:  # and a line it was writing, never acknowledged
+        torn.write(b'{"type":"session/title","data":{"title":"Torn wor')
 
     after = make_client(create_app(Settings(data_dir=crashed, fsync=False)))
     assert _sidebar(after) == before

@@ -505,6 +505,7 @@ def test_the_members_order_and_search_survive_a_crash(
 
     after = make_client(create_app(Settings(data_dir=crashed, fsync=False)))
     assert _sidebar(after) == before
+    assert _found(after, "torn") == []
 
 
 def test_a_replica_lists_and_finds_what_another_acknowledged(make_client: ClientFactory, store: str) -> None:

@@ -5,7 +5,10 @@ open)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -207,6 +210,58 @@ def test_a_childs_members_are_its_own_log_s(client: TestClient) -> None:
     assert _found(client, "fresh brand") == ["new"]
     assert _found(client, "after") == ["src"]
     assert _found(client, "before") == ["one"]  # the source was renamed after the fork point
+
+
+DSH_LOG = "apps__web__tests__snapshots__approval-composer__session.jsonl"
+
+
+@pytest.mark.files_only
+def test_a_dsh_log_shows_its_title_and_its_bytes_are_its_exports(
+    make_client: ClientFactory, data_dir: Path, dsh_logs_dir: Path
+) -> None:
+    source = dsh_logs_dir / DSH_LOG
+    session_id = json.loads(source.read_text().splitlines()[0])["id"]
+    (data_dir / "sessions").mkdir(parents=True)
+    shutil.copyfile(source, data_dir / "sessions" / f"{session_id}.jsonl")
+    client = make_client()
+    session = get_session(client, session_id)
+    assert session["title"] == "Write a file named notes.txt"
+    assert session["preview"] and session["preview"].startswith("Write a file named notes.txt")
+    assert _ids(client, q="notes txt") == [session_id]
+    client.__exit__(None, None, None)
+
+    assert session["bytes"] == len(_export(session_id, ["--data-dir", str(data_dir)]))
+
+
+def _export(session_id: str, store_flags: list[str]) -> bytes:
+    exported = subprocess.run(
+        [sys.executable, "-m", "app", "export", session_id, *store_flags],
+        capture_output=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    ).stdout
+    return exported
+
+
+def test_bytes_is_the_length_export_writes_for_a_seeded_log_and_a_child(
+    make_client: ClientFactory, data_dir: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    client = make_client()
+    seed = [_title("Naïve plan"), *_said("naïve ☕ question", "réponse 😀")]
+    created = create(client, id="dsh", meta={"cwd": "/workspace/é", "agentPreset": "coder"}, seed=as_seed(seed))
+    assert created["title"] == "Naïve plan"
+    forked = client.post("/sessions/dsh/fork", json={"sessionId": "kid", "events": [turn_start(2)]})
+    assert forked.status_code == 201, forked.text
+    appended = append(client, "dsh", [note("ünïcödé 😀")])["session"]
+    sizes = {"dsh": appended["bytes"], "kid": forked.json()["bytes"]}
+    client.__exit__(None, None, None)
+
+    flags = (
+        ["--database-url", request.getfixturevalue("forklog_db")]
+        if store == "postgres"
+        else ["--data-dir", str(data_dir)]
+    )
+    assert {name: len(_export(name, flags)) for name in sizes} == sizes
 
 
 # --- Listing -----------------------------------------------------------------------------------------------------

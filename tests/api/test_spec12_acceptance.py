@@ -481,6 +481,23 @@ def test_the_match_names_the_first_message_that_holds_the_first_word(client: Tes
     assert later["match"]["seq"] == 9
 
 
+def test_every_acknowledged_word_is_found_while_the_index_catches_up(client: TestClient) -> None:
+    names = ["a", "b", "c"]
+    for name in names:
+        create(client, id=name, seed=_said(f"start {name}", "ok"))
+    said: dict[str, str] = {}
+    for number in range(2, 32):
+        name = names[number % 3]
+        word = f"w{number}x{name}"
+        append(client, name, _said(f"common {word}", "ok", number=len([w for w in said.values() if w == name]) + 2))
+        said[word] = name
+        assert _found(client, word) == [name], word
+        assert _found(client, f"common {word[:3]}") == sorted({n for w, n in said.items() if w.startswith(word[:3])})
+        time.sleep((number % 4) * 0.1)  # land before, inside and after the indexer's rounds
+    for word, name in said.items():
+        assert _found(client, word) == [name], word
+
+
 def test_a_search_sees_an_append_acknowledged_a_second_ago_on_a_restarted_service(make_client: Any) -> None:
     first = make_client()
     create(first, id="s", seed=_said("before", "ok"))
@@ -674,7 +691,10 @@ def test_events_continue_the_seed_get_seqs_and_times_and_leave_seed_length_alone
     create(client, id="src", seed=turns(2))
     regenerated = [turn_start(2), user_message("question 2"), step_start(2)]
 
-    child = client.post("/sessions/src/fork", json={"sessionId": "kid", "atTurn": 1, "events": regenerated}).json()
+    response = client.post("/sessions/src/fork", json={"sessionId": "kid", "atTurn": 1, "events": regenerated})
+    assert response.status_code == 201, response.text
+    assert response.headers["location"].endswith("/sessions/kid")
+    child = response.json()
 
     assert (child["seedLength"], child["eventCount"], child["openTurn"]) == (9, 12, 2)
     stored = events_of(client, "kid")

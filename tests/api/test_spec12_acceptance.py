@@ -18,8 +18,10 @@ from starlette.testclient import TestClient
 
 from app.api.app import create_app
 from app.api.settings import Settings
+from app.backends.files import FileBackend, FileOps
 from app.backends.files.codec import encode_header
 from app.domain.access import Scope
+from app.domain.clock import wall_clock_ms
 from app.domain.session import SessionHeader
 from tests.api.builders import (
     as_seed,
@@ -763,6 +765,58 @@ def test_a_fork_with_events_replays_after_a_restart(make_client: ClientFactory) 
     assert replayed.headers.get("idempotent-replayed") == "true"
     assert replayed.json()["id"] == made.json()["id"]
     assert sorted(_ids(again)) == sorted(["src", made.json()["id"]])
+
+
+class _KilledMidFork(FileOps):
+    """A disk that copies the data directory (the files a kill -9 would leave) at each step of writing a fork's
+    child: before its events are written after the seed, and before the whole file is linked in place."""
+
+    def __init__(self, data_dir: Path, copies: Path) -> None:
+        self.data_dir, self.copies = data_dir, copies
+        self.taken: list[Path] = []
+
+    def _copy(self) -> None:
+        copy = self.copies / f"killed-{len(self.taken)}"
+        shutil.copytree(self.data_dir, copy)
+        self.taken.append(copy)
+
+    def write_all(self, fd: int, data: bytes | bytearray | memoryview) -> None:
+        if b"regenerate-marker" in bytes(data):
+            self._copy()
+        super().write_all(fd, data)
+
+    def link(self, source: Any, target: Any) -> None:
+        if str(target).endswith("kid.jsonl"):
+            self._copy()
+        super().link(source, target)
+
+
+@pytest.mark.files_only
+def test_a_kill_between_the_seed_and_the_events_leaves_no_child(
+    make_client: ClientFactory, data_dir: Path, tmp_path: Path
+) -> None:
+    disk = _KilledMidFork(data_dir, tmp_path)
+    live = make_client(
+        create_app(
+            Settings(data_dir=data_dir, fsync=False),
+            backend=FileBackend(data_dir, clock=wall_clock_ms, ops=disk, sync=False),
+        )
+    )
+    create(live, id="src", seed=turns(2))
+    body = {"sessionId": "kid", "atTurn": 1, "events": [turn_start(2), user_message("regenerate-marker")]}
+    made = live.post("/sessions/src/fork", json=body)
+    assert made.status_code == 201, made.text
+    assert len(disk.taken) == 2  # before the events are written, before the file is linked
+
+    for killed in disk.taken:
+        after = make_client(create_app(Settings(data_dir=killed, fsync=False)))
+        assert_problem(after.get("/sessions/kid"), 404, "SESSION_NOT_FOUND")
+        assert after.get("/readyz").json()["corrupt"] == []
+        assert _ids(after) == ["src"]
+        assert _found(after, "marker") == []
+        again = after.post("/sessions/src/fork", json=body)
+        assert again.status_code == 201, again.text
+        assert again.json()["eventCount"] == made.json()["eventCount"]
 
 
 def test_an_idempotency_key_with_other_events_is_reused(client: TestClient) -> None:

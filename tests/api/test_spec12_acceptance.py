@@ -395,6 +395,18 @@ def test_a_deleted_session_leaves_the_list_and_the_search(client: TestClient) ->
     assert _ids(client, order="updated") == ["kept"]
 
 
+def test_a_cursor_serves_the_same_query_spelled_with_its_defaults(client: TestClient) -> None:
+    for number in range(3):
+        create(client, id=f"s{number}", seed=_said("word here", "ok"))
+    for made, used, rest in (
+        ({"order": "updated"}, {"order": "updated", "direction": "desc"}, ["s1", "s0"]),
+        ({}, {"order": "created", "direction": "asc"}, ["s1", "s2"]),
+        ({"q": "word"}, {"q": "word", "order": "updated", "direction": "desc"}, ["s1", "s0"]),
+    ):
+        cursor = client.get("/sessions", params={**made, "limit": 1}).json()["nextCursor"]
+        assert _ids(client, **used, cursor=cursor) == rest, (made, used)
+
+
 def test_a_garbage_cursor_is_an_invalid_request(client: TestClient) -> None:
     create(client, id="s")
     for params in ({"cursor": "not-a-cursor"}, {"cursor": "x", "order": "updated"}, {"cursor": "!!", "q": "s"}):

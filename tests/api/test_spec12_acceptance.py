@@ -381,6 +381,12 @@ def test_a_recreated_id_is_searched_by_its_new_log_only(client: TestClient) -> N
 
     assert _found(client, "oldword") == []
     assert _found(client, "newword") == ["s"]
+    create(client, id="t")
+    _later()
+    append(client, "s", [note("touch")])
+    assert _ids(client, order="updated") == ["s", "t"]
+    assert _ids(client, order="updated", direction="asc") == ["t", "s"]
+    assert _ids(client) == ["s", "t"]
     time.sleep(1.1)  # once the index has caught up, too
     assert _found(client, "oldword") == []
     assert _found(client, "newword") == ["s"]

@@ -266,6 +266,20 @@ def test_bytes_is_the_length_export_writes_for_a_seeded_log_and_a_child(
     assert {name: len(_export(name, flags)) for name in sizes} == sizes
 
 
+def test_a_title_and_a_preview_may_hold_any_character(client: TestClient) -> None:
+    odd = "nul\u0000 tab\t bell\u0007 ☕"
+    made = client.post("/sessions", json={"id": "s", "seed": [_title(odd), *_said(odd, "ok")]})
+    assert made.status_code == 201, made.text
+    assert (made.json()["title"], made.json()["preview"]) == (odd, "nul\u0000 tab bell\u0007 ☕")
+    appended = client.post("/sessions/s/events", json={"events": [_title(f"again {odd}")]})
+    assert appended.status_code == 201, appended.text
+    child = client.post("/sessions/s/fork", json={"sessionId": "kid", "atTurn": 1, "events": [turn_start(2)]})
+    assert child.status_code == 201, child.text
+    assert (child.json()["title"], child.json()["preview"]) == (odd, made.json()["preview"])
+    assert get_session(client, "s")["title"] == f"again {odd}"
+    assert _found(client, "bell nul") == ["kid", "s"]
+
+
 # --- Listing -----------------------------------------------------------------------------------------------------
 
 

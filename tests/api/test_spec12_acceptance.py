@@ -4,6 +4,7 @@ open)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -425,6 +426,20 @@ def test_a_cursor_serves_the_same_query_spelled_with_its_defaults(client: TestCl
     ):
         cursor = client.get("/sessions", params={**made, "limit": 1}).json()["nextCursor"]
         assert _ids(client, **used, cursor=cursor) == rest, (made, used)
+
+
+def test_filters_and_cursors_holding_u0000_are_answered_not_refused_by_the_store(client: TestClient) -> None:
+    create(client, id="s", meta={"cwd": "/w", "agentPreset": "coder"})
+    for params in (
+        {"cwd": "/w\u0000"},
+        {"origin": "\u0000"},
+        {"agentPreset": "co\u0000der", "order": "updated"},
+        {"cwd": "\u0000", "q": "w"},
+    ):
+        assert _ids(client, **params) == [], params
+    forged = base64.urlsafe_b64encode(json.dumps([1, "a\u0000b"]).encode()).decode().rstrip("=")
+    for params in ({"cursor": forged}, {"cursor": forged, "order": "updated"}):
+        assert_invalid_request(client.get("/sessions", params=params), "cursor")
 
 
 def test_a_garbage_cursor_is_an_invalid_request(client: TestClient) -> None:

@@ -51,7 +51,10 @@ def page_query(tenant: str, request: PageRequest) -> tuple[str, list[Any]]:
         ("origin", query.origin),
         ("agent_preset", query.agent_preset),
     ):
-        if value is not None:
+        if value is not None and "\x00" in value:
+            # No text column holds U+0000 (and PostgreSQL refuses it as a parameter): no session has that value.
+            conditions.append("FALSE")
+        elif value is not None:
             params.append(value)
             conditions.append(f"{column} = ${len(params)}")
     column = "created_at" if query.order == CREATED else "updated_at"

@@ -10,6 +10,7 @@ import orjson
 
 from app.api.problems import invalid_request
 from app.backends.files.codec import encode_header
+from app.domain.ids import is_valid_id
 from app.domain.search import Match
 from app.domain.session import HEADER_FIELDS, Session, SessionHeader
 from app.service.idempotency import Answer
@@ -166,7 +167,7 @@ def decode_cursor(cursor: str) -> tuple[tuple[int, str], str | None]:
         if (
             isinstance(value, int)
             and not isinstance(value, bool)
-            and isinstance(session_id, str)
+            and is_valid_id(session_id)  # the last item's id: a cursor with another was never issued
             and (query == [] or (len(query) == 1 and isinstance(query[0], str)))
         ):
             return (value, session_id), query[0] if query else None

@@ -51,7 +51,10 @@ def page_query(tenant: str, request: PageRequest) -> tuple[str, list[Any]]:
         ("origin", query.origin),
         ("agent_preset", query.agent_preset),
     ):
-        if value is not None:
+        if value is not None and "\x00" in value:
+            # No text column holds U+0000 (and PostgreSQL refuses it as a parameter): no session has that value.
+            conditions.append("FALSE")
+        elif value is not None:
             params.append(value)
             conditions.append(f"{column} = ${len(params)}")
     column = "created_at" if query.order == CREATED else "updated_at"
@@ -113,13 +116,15 @@ ORDER BY e.seq DESC
 TURN_END = "SELECT time, checkpoint FROM forklog_turn_ends WHERE log = $1 AND seq = $2"
 INCARNATION_LOG = "SELECT id FROM forklog_logs WHERE tenant = $1 AND session_id = $2 AND instance = $3"
 
+# The state's first column (the last event's time) is read off its text, never through jsonb: a title or a preview
+# may hold U+0000, which jsonb refuses. The state is written by orjson, so it starts "[<digits>," (or "[null,").
 # An append, one statement: the head moves only if it is where the batch was staged ($3 log, $6 count), and the rows
 # go in only if it moved. (No NOTIFY in it: notifications serialize commits, so they are sent after, in batches.)
 _APPEND_HEAD = """
 WITH head AS (
     UPDATE forklog_sessions SET count = $4, state = $5, change_seq = nextval('forklog_changes'),
         bytes = bytes + (SELECT coalesce(sum(octet_length(u.line) + 1), 0) FROM unnest($8::text[]) AS u(line)),
-        updated_at = GREATEST(updated_at, ($5::text::jsonb ->> 0)::bigint)
+        updated_at = GREATEST(updated_at, (substring($5::text from '^[[]([0-9]+),'))::bigint)
     WHERE tenant = $1 AND id = $2 AND log = $3 AND count = $6
     RETURNING log, change_seq
 ), events AS (
@@ -172,7 +177,7 @@ _NEW_SESSION = """
                                   delegation_depth, agent_preset, log, count, state, change_seq, bytes, updated_at)
     SELECT $1, $2, $3, clock.created_at, $5, $6, $7, $8, $9, $10, $11, $12, $13, nextval('forklog_changes'),
            $24::bigint + length(clock.created_at::text),
-           GREATEST(clock.created_at, COALESCE(($13::text::jsonb ->> 0)::bigint, clock.created_at))
+           GREATEST(clock.created_at, COALESCE((substring($13::text from '^[[]([0-9]+),'))::bigint, clock.created_at))
     FROM clock
     ON CONFLICT (tenant, id) DO NOTHING
     RETURNING created_at, change_seq

@@ -215,6 +215,9 @@ def check_meta(meta: dict[str, Any], seed_count: int) -> dict[str, Any]:
         if value is None:
             continue
         problem = field.meta_problem(value, seed_count)
+        if problem is None and isinstance(value, str) and "\x00" in value:
+            # No store keeps U+0000 in a header field (PostgreSQL's text cannot hold it): refused alike everywhere.
+            problem = "must not hold the character U+0000"
         if problem is not None:
             reason = f"meta.{field.key} {problem}"
             raise SessionError(ErrorCode.INVALID_SEED, reason, reason=reason)

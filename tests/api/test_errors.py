@@ -159,7 +159,6 @@ def test_invalid_seed_when_a_seq_is_not_its_index(client: TestClient) -> None:
         ("createdAt", -1),
         ("cwd", "/a\u0000b"),
         ("agentPreset", "coder\u0000"),
-        ("origin", "subagent\u0000"),
     ],
 )
 def test_invalid_seed_for_a_bad_meta_value(client: TestClient, key: str, value: Any) -> None:

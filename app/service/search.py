@@ -37,7 +37,7 @@ logger = logging.getLogger("forklog.search")
 FEW_CANDIDATES = 2000
 # Sessions read per page while the list is walked, and events per read of a session.
 WALK_PAGE = 500
-READ_EVENTS = 10_000
+READ_EVENTS = 2_000
 # Sessions indexed per round (one transaction).
 ROUND_SESSIONS = 2000
 
@@ -155,6 +155,9 @@ class Searcher(BackgroundLoop):
             for line in lines.split(b"\n")[:-1]:
                 yield orjson.loads(line)
             start = stop
+            # A store that reads from memory never suspends: without this a long log would hold the event loop for
+            # as long as its indexing takes, and every request would wait behind it.
+            await asyncio.sleep(0)
 
     # -- searching ---------------------------------------------------------------------------------------------------
 

@@ -4,6 +4,8 @@ changed a moment ago is found as it is now."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -146,3 +148,26 @@ async def test_the_file_index_survives_a_restart_and_a_lost_file(tmp_path: Path)
     await caught_up(third)
     assert await found(third, "durable") == ["kept"]
     await third.stop()
+
+
+async def test_indexing_a_long_log_leaves_the_event_loop_to_other_requests(service: SessionService) -> None:
+    turns = [event for number in range(1, 5001) for event in conversation(f"question {number}", "answer", number)]
+    ticks: list[float] = []
+
+    async def other_request() -> None:
+        while True:
+            ticks.append(time.perf_counter())
+            await asyncio.sleep(0)
+
+    await service.create("default", "long", turns, None)  # 30,000 events: many reads of the log to index
+    ticking = asyncio.create_task(other_request())
+    try:
+        began = time.perf_counter()
+        await caught_up(service)
+        took = time.perf_counter() - began
+    finally:
+        ticking.cancel()
+    longest = max(later - earlier for earlier, later in itertools.pairwise(ticks))
+    # Each read of the log gives the loop back: no request waits for the whole log to be indexed.
+    assert longest < took / 4, (longest, took)
+    assert await found(service, "question 4999") == ["long"]

@@ -86,3 +86,15 @@ def tool_result(turn: int, step: int, call_id: str, text: str) -> Event:
         },
         "surfaceOp": "append",
     }
+
+
+def question_and_answer(question: str, answer: str, number: int = 1) -> list[Event]:
+    """Turn ``number`` whole: the user's question, one step with the assistant's answer."""
+    return [
+        turn_start(number),
+        user_message(question),
+        step_start(number),
+        assistant_message(number, 1, answer),
+        step_end(number),
+        turn_end(number),
+    ]

@@ -21,7 +21,6 @@ from app.backends.files.codec import encode_header
 from app.domain.session import SessionHeader
 from tests.api.builders import (
     as_seed,
-    assistant_message,
     note,
     step_end,
     step_start,
@@ -33,6 +32,7 @@ from tests.api.builders import (
 )
 from tests.api.conftest import ClientFactory
 from tests.api.helpers import append, assert_invalid_request, assert_problem, create, events_of, get_session
+from tests.events import question_and_answer
 
 
 def _later() -> None:
@@ -58,17 +58,6 @@ def _found(client: TestClient, q: str) -> list[str]:
 
 def _title(title: Any) -> dict[str, Any]:
     return {"type": "session/title", "data": {"title": title, "messageSeqs": [], "source": "model"}}
-
-
-def _said(question: str, answer: str, number: int = 1) -> list[dict[str, Any]]:
-    return [
-        turn_start(number),
-        user_message(question),
-        step_start(number),
-        assistant_message(number, 1, answer),
-        step_end(number),
-        turn_end(number),
-    ]
 
 
 def _line_bytes(events: list[dict[str, Any]]) -> int:
@@ -107,8 +96,8 @@ def test_preview_is_the_first_user_message_joined_trimmed_and_cut_at_200_charact
     assert preview == ("😀" * 150 + " " + "é" * 150)[:200]
     assert len(preview) == 200
 
-    create(client, id="later", seed=_said("the first question", "ok"))
-    append(client, "later", _said("a second question", "ok", number=2))
+    create(client, id="later", seed=question_and_answer("the first question", "ok"))
+    append(client, "later", question_and_answer("a second question", "ok", number=2))
     assert get_session(client, "later")["preview"] == "the first question"
 
     create(client, id="none", seed=[note("no message yet")])
@@ -139,7 +128,7 @@ def test_updated_at_follows_the_last_event_and_nothing_else(client: TestClient) 
 
 
 def test_bytes_grows_by_the_exported_lines_of_each_append(client: TestClient) -> None:
-    created = create(client, id="s", seed=_said("naïve ☕ question", "réponse"))
+    created = create(client, id="s", seed=question_and_answer("naïve ☕ question", "réponse"))
     header = (
         f'{{"type":"session","version":0,"id":"s","createdAt":{created["createdAt"]},'
         f'"delegationDepth":0,"instance":"{created["instance"]}"}}\n'
@@ -155,7 +144,7 @@ def test_bytes_grows_by_the_exported_lines_of_each_append(client: TestClient) ->
 
 
 def test_every_answer_that_carries_a_session_carries_the_new_members(client: TestClient) -> None:
-    created = create(client, id="s", seed=[_title("Greeting"), *_said("hello there", "hi")])
+    created = create(client, id="s", seed=[_title("Greeting"), *question_and_answer("hello there", "hi")])
     forked = client.post("/sessions/s/fork", json={"sessionId": "kid"}).json()
     snapshot_source = client.post("/sessions/s/snapshot", json={}).json()["source"]
     appended = append(client, "s", [note("n")])["session"]
@@ -178,7 +167,12 @@ def test_a_childs_members_are_its_own_log_s(client: TestClient) -> None:
         client,
         id="src",
         meta={"cwd": "/w"},
-        seed=[_title("Before"), *_said("first ask", "ok"), _title("After"), *_said("second ask", "ok", number=2)],
+        seed=[
+            _title("Before"),
+            *question_and_answer("first ask", "ok"),
+            _title("After"),
+            *question_and_answer("second ask", "ok", number=2),
+        ],
     )
     # _said is 6 events: the title after turn 1 sits at seq 7, turn 1's turn/end at seq 6.
     at_one = client.post("/sessions/src/fork", json={"sessionId": "one", "atTurn": 1}).json()
@@ -241,7 +235,7 @@ def test_bytes_is_the_length_export_writes_for_a_seeded_log_and_a_child(
     make_client: ClientFactory, data_dir: Path, store: str, request: pytest.FixtureRequest
 ) -> None:
     client = make_client()
-    seed = [_title("Naïve plan"), *_said("naïve ☕ question", "réponse 😀")]
+    seed = [_title("Naïve plan"), *question_and_answer("naïve ☕ question", "réponse 😀")]
     created = create(client, id="dsh", meta={"cwd": "/workspace/é", "agentPreset": "coder"}, seed=as_seed(seed))
     assert created["title"] == "Naïve plan"
     forked = client.post("/sessions/dsh/fork", json={"sessionId": "kid", "events": [turn_start(2)]})
@@ -260,7 +254,7 @@ def test_bytes_is_the_length_export_writes_for_a_seeded_log_and_a_child(
 
 def test_a_title_and_a_preview_may_hold_any_character(client: TestClient) -> None:
     odd = "nul\u0000 tab\t bell\u0007 ☕"
-    made = client.post("/sessions", json={"id": "s", "seed": [_title(odd), *_said(odd, "ok")]})
+    made = client.post("/sessions", json={"id": "s", "seed": [_title(odd), *question_and_answer(odd, "ok")]})
     assert made.status_code == 201, made.text
     assert (made.json()["title"], made.json()["preview"]) == (odd, "nul\u0000 tab bell\u0007 ☕")
     appended = client.post("/sessions/s/events", json={"events": [_title(f"again {odd}")]})
@@ -276,7 +270,7 @@ def test_a_title_and_a_preview_may_hold_any_character(client: TestClient) -> Non
 
 
 def test_limit_bounds_hold_for_every_order_and_for_a_search(client: TestClient) -> None:
-    create(client, id="s", seed=_said("limits", "ok"))
+    create(client, id="s", seed=question_and_answer("limits", "ok"))
     for extra in ({}, {"order": "updated"}, {"q": "limits"}):
         for bad in ("0", "1001", "-1", "ten", "1.5"):
             assert_invalid_request(client.get("/sessions", params={**extra, "limit": bad}), "limit")
@@ -286,7 +280,7 @@ def test_limit_bounds_hold_for_every_order_and_for_a_search(client: TestClient) 
 
 def test_the_page_that_holds_the_last_session_has_no_next_cursor(client: TestClient) -> None:
     for number in range(3):
-        create(client, id=f"s{number}", seed=_said("same words", "ok"))
+        create(client, id=f"s{number}", seed=question_and_answer("same words", "ok"))
     create(client, id="other")
     cases: list[dict[str, Any]] = [
         {"order": "updated", "limit": 4},
@@ -306,7 +300,7 @@ def test_the_page_that_holds_the_last_session_has_no_next_cursor(client: TestCli
 
 def test_the_default_page_is_100_by_every_order(client: TestClient) -> None:
     for number in range(101):
-        create(client, id=f"s{number:03}", seed=_said("sample", "ok"))
+        create(client, id=f"s{number:03}", seed=question_and_answer("sample", "ok"))
     for params in ({"order": "updated"}, {"q": "sam"}, {"direction": "desc"}):
         page = client.get("/sessions", params=params).json()
         assert len(page["items"]) == 100 and page["nextCursor"], params
@@ -322,7 +316,7 @@ def test_order_and_direction_values_are_exact(client: TestClient) -> None:
 
 def test_q_of_200_characters_is_taken_and_of_201_refused(client: TestClient) -> None:
     word = "a" * 200
-    create(client, id="s", seed=_said(word, "ok"))
+    create(client, id="s", seed=question_and_answer(word, "ok"))
     assert _ids(client, q=word) == ["s"]
     assert client.get("/sessions", params={"q": "😀" * 200}).status_code == 200  # characters, not UTF-16 units
     assert_invalid_request(client.get("/sessions", params={"q": "é" * 201}), "q")
@@ -331,7 +325,7 @@ def test_q_of_200_characters_is_taken_and_of_201_refused(client: TestClient) -> 
 
 def test_a_search_orders_by_updated_desc_unless_told(client: TestClient) -> None:
     for name in ("a", "b", "c"):
-        create(client, id=name, seed=_said("shared words", "ok"))
+        create(client, id=name, seed=question_and_answer("shared words", "ok"))
     _later()
     append(client, "a", [note("touch")])
 
@@ -380,10 +374,10 @@ def test_a_session_that_changes_while_paging_moves_and_the_others_appear_once(cl
 
 
 def test_a_recreated_id_is_searched_by_its_new_log_only(client: TestClient) -> None:
-    create(client, id="s", seed=_said("oldword", "ok"))
+    create(client, id="s", seed=question_and_answer("oldword", "ok"))
     assert _found(client, "oldword") == ["s"]
     assert client.delete("/sessions/s").status_code == 204
-    create(client, id="s", seed=_said("newword", "ok"))
+    create(client, id="s", seed=question_and_answer("newword", "ok"))
 
     assert _found(client, "oldword") == []
     assert _found(client, "newword") == ["s"]
@@ -399,8 +393,8 @@ def test_a_recreated_id_is_searched_by_its_new_log_only(client: TestClient) -> N
 
 
 def test_a_deleted_session_leaves_the_list_and_the_search(client: TestClient) -> None:
-    create(client, id="gone", seed=_said("ephemeral words", "ok"))
-    create(client, id="kept", seed=_said("ephemeral too", "ok"))
+    create(client, id="gone", seed=question_and_answer("ephemeral words", "ok"))
+    create(client, id="kept", seed=question_and_answer("ephemeral too", "ok"))
     assert client.delete("/sessions/gone").status_code == 204
 
     assert _ids(client, q="ephemeral") == ["kept"]
@@ -409,7 +403,7 @@ def test_a_deleted_session_leaves_the_list_and_the_search(client: TestClient) ->
 
 def test_a_cursor_serves_the_same_query_spelled_with_its_defaults(client: TestClient) -> None:
     for number in range(3):
-        create(client, id=f"s{number}", seed=_said("word here", "ok"))
+        create(client, id=f"s{number}", seed=question_and_answer("word here", "ok"))
     for made, used, rest in (
         ({"order": "updated"}, {"order": "updated", "direction": "desc"}, ["s1", "s0"]),
         ({}, {"order": "created", "direction": "asc"}, ["s1", "s2"]),

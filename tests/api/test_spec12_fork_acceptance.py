@@ -30,8 +30,8 @@ from tests.api.builders import (
 )
 from tests.api.conftest import ClientFactory
 from tests.api.helpers import append, assert_invalid_request, assert_problem, create, events_of
-from tests.api.test_spec12_acceptance import _found, _ids, _later, _said
-from tests.events import message_id
+from tests.api.test_spec12_acceptance import _found, _ids, _later
+from tests.events import message_id, question_and_answer
 
 # --- Fork at a turn or a message, with events --------------------------------------------------------------------
 
@@ -95,7 +95,7 @@ def test_at_message_id_counts_only_messages_after_it_in_its_turn(client: TestCli
         done,
         step_end(1, 2),
         turn_end(1, "cancelled"),
-        *_said("next", "ok", number=2),
+        *question_and_answer("next", "ok", number=2),
     ]
     create(client, id="src", seed=seed)
 
@@ -276,7 +276,11 @@ def test_a_refused_fork_with_an_idempotency_key_replays_its_refusal_and_makes_no
 
 
 def test_the_edited_child_is_listed_and_searched_with_its_new_message(client: TestClient) -> None:
-    create(client, id="src", seed=[*_said("original wording", "ok"), *_said("second question", "ok", number=2)])
+    create(
+        client,
+        id="src",
+        seed=[*question_and_answer("original wording", "ok"), *question_and_answer("second question", "ok", number=2)],
+    )
     _later()
     edited = [turn_start(2), user_message("edited wording")]
     child = client.post("/sessions/src/fork", json={"sessionId": "kid", "atTurn": 1, "events": edited}).json()

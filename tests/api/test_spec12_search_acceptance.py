@@ -26,14 +26,15 @@ from tests.api.builders import (
 from tests.api.conftest import ClientFactory
 from tests.api.helpers import append, create, get_session
 from tests.api.test_access import write_keys
-from tests.api.test_spec12_acceptance import _found, _ids, _later, _said, _search, _title
+from tests.api.test_spec12_acceptance import _found, _ids, _later, _search, _title
+from tests.events import question_and_answer
 
 # --- Search ------------------------------------------------------------------------------------------------------
 
 
 def test_words_are_runs_of_letters_and_digits(client: TestClient) -> None:
-    create(client, id="p", seed=_said("Don't break snake_case or e-mail; version v2.3 (ok)!", "Ready."))
-    create(client, id="u", seed=_said("Ünïcode Straße 東京 тест", "fine"))
+    create(client, id="p", seed=question_and_answer("Don't break snake_case or e-mail; version v2.3 (ok)!", "Ready."))
+    create(client, id="u", seed=question_and_answer("Ünïcode Straße 東京 тест", "fine"))
 
     for q in ("snake case", "e mail", "don t", "v2 3", "ready", "version", "ok"):
         assert _found(client, q) == ["p"], q
@@ -48,7 +49,7 @@ def test_words_are_runs_of_letters_and_digits(client: TestClient) -> None:
 
 
 def test_every_word_must_be_whole_except_the_last(client: TestClient) -> None:
-    create(client, id="s", seed=_said("running tests quickly", "the deployment worked"))
+    create(client, id="s", seed=question_and_answer("running tests quickly", "the deployment worked"))
     assert _found(client, "run") == ["s"]  # a prefix as the last word
     assert _found(client, "run tests") == []  # stems never stand for words: "run" is not a word here
     assert _found(client, "running deploy") == ["s"]
@@ -78,7 +79,7 @@ def test_reasoning_tool_calls_and_other_events_are_not_searched(client: TestClie
 
 
 def test_an_appended_title_and_cwd_are_searched(client: TestClient) -> None:
-    create(client, id="s", meta={"cwd": "/srv/Quantum_Lab"}, seed=_said("hello", "hi"))
+    create(client, id="s", meta={"cwd": "/srv/Quantum_Lab"}, seed=question_and_answer("hello", "hi"))
     assert _found(client, "quantum lab") == ["s"]
     assert _found(client, "srv quant") == ["s"]
     append(client, "s", [_title("Orbital mechanics")])
@@ -91,8 +92,8 @@ def test_the_match_names_the_first_message_that_holds_the_first_word(client: Tes
         client,
         id="s",
         seed=[
-            *_said("nothing relevant", "still nothing"),
-            *_said(f"{filler} the needle sits here {filler}", "the needle again", number=2),
+            *question_and_answer("nothing relevant", "still nothing"),
+            *question_and_answer(f"{filler} the needle sits here {filler}", "the needle again", number=2),
         ],
     )
     (item,) = _search(client, "needle sits")
@@ -113,12 +114,16 @@ def test_the_match_names_the_first_message_that_holds_the_first_word(client: Tes
 def test_every_acknowledged_word_is_found_while_the_index_catches_up(client: TestClient) -> None:
     names = ["a", "b", "c"]
     for name in names:
-        create(client, id=name, seed=_said(f"start {name}", "ok"))
+        create(client, id=name, seed=question_and_answer(f"start {name}", "ok"))
     said: dict[str, str] = {}
     for number in range(2, 32):
         name = names[number % 3]
         word = f"w{number}x{name}"
-        append(client, name, _said(f"common {word}", "ok", number=len([w for w in said.values() if w == name]) + 2))
+        append(
+            client,
+            name,
+            question_and_answer(f"common {word}", "ok", number=len([w for w in said.values() if w == name]) + 2),
+        )
         said[word] = name
         assert _found(client, word) == [name], word
         assert _found(client, f"common {word[:3]}") == sorted({n for w, n in said.items() if w.startswith(word[:3])})
@@ -129,8 +134,8 @@ def test_every_acknowledged_word_is_found_while_the_index_catches_up(client: Tes
 
 def test_a_search_sees_an_append_acknowledged_a_second_ago_on_a_restarted_service(make_client: Any) -> None:
     first = make_client()
-    create(first, id="s", seed=_said("before", "ok"))
-    append(first, "s", _said("afterwards zeppelin", "ok", number=2))
+    create(first, id="s", seed=question_and_answer("before", "ok"))
+    append(first, "s", question_and_answer("afterwards zeppelin", "ok", number=2))
     first.__exit__(None, None, None)
 
     again = make_client()
@@ -148,7 +153,7 @@ def test_a_search_and_a_list_hold_only_the_callers_tenant(make_client: ClientFac
     for caller in ("a", "b"):
         made = client.post(
             "/sessions",
-            json={"id": f"own-{caller}", "seed": _said("shared secret plan", "ok")},
+            json={"id": f"own-{caller}", "seed": question_and_answer("shared secret plan", "ok")},
             headers=keys.auth(caller),
         )
         assert made.status_code == 201, made.text
@@ -171,10 +176,10 @@ def _sidebar(client: TestClient) -> dict[str, Any]:
 
 
 def _filled(client: TestClient) -> None:
-    create(client, id="a", meta={"cwd": "/w"}, seed=[_title("First"), *_said("kept words here", "ok")])
-    create(client, id="b", seed=_said("kept words too", "fine"))
+    create(client, id="a", meta={"cwd": "/w"}, seed=[_title("First"), *question_and_answer("kept words here", "ok")])
+    create(client, id="b", seed=question_and_answer("kept words too", "fine"))
     _later()
-    append(client, "a", [_title("Renamed ü"), *_said("more kept wordsmith", "ok", number=2)])
+    append(client, "a", [_title("Renamed ü"), *question_and_answer("more kept wordsmith", "ok", number=2)])
     assert (
         client.post("/sessions/a/fork", json={"sessionId": "c", "atTurn": 1, "events": [turn_start(2)]}).status_code
         == 201
@@ -213,10 +218,10 @@ def test_a_replica_lists_and_finds_what_another_acknowledged(make_client: Client
     if store != "postgres":
         pytest.skip("a data directory has one process: replicas share a database")
     one, other = make_client(), make_client()
-    create(one, id="old", seed=_said("nothing", "ok"))
-    create(one, id="s", seed=_said("plain", "ok"))
+    create(one, id="old", seed=question_and_answer("nothing", "ok"))
+    create(one, id="s", seed=question_and_answer("plain", "ok"))
     _later()
-    append(one, "s", [_title("Blimp voyage"), *_said("dirigible talk", "ok", number=2)])
+    append(one, "s", [_title("Blimp voyage"), *question_and_answer("dirigible talk", "ok", number=2)])
     time.sleep(1.1)
 
     assert _found(other, "blimp dirig") == ["s"]

@@ -19,7 +19,9 @@ from app.backends.postgres import PostgresBackend
 from app.domain.listing import ListQuery, PageRequest
 from app.domain.session import SessionKey
 from app.service.sessions import SessionService, wall_clock_ms
-from tests.events import assistant_message, step_end, step_start, turn_end, turn_start, user_message
+from tests.events import (
+    question_and_answer,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -45,17 +47,6 @@ async def service(request: pytest.FixtureRequest) -> AsyncIterator[SessionServic
         await running.stop()
 
 
-def conversation(question: str, answer: str, number: int = 1) -> list[Any]:
-    return [
-        turn_start(number),
-        user_message(question),
-        step_start(number),
-        assistant_message(number, 1, answer),
-        step_end(number),
-        turn_end(number),
-    ]
-
-
 def title(text: str) -> dict[str, Any]:
     return {"type": "session/title", "data": {"title": text}}
 
@@ -74,8 +65,10 @@ async def found(service: SessionService, q: str, tenant: str = "default") -> lis
 
 
 async def test_the_index_and_the_exact_rule_agree_before_and_after_indexing(service: SessionService) -> None:
-    await service.create("default", "a", [title("Rocket launch"), *conversation("fuel levels?", "nominal")], None)
-    await service.create("default", "b", conversation("rocket science", "is hard"), None)
+    await service.create(
+        "default", "a", [title("Rocket launch"), *question_and_answer("fuel levels?", "nominal")], None
+    )
+    await service.create("default", "b", question_and_answer("rocket science", "is hard"), None)
     before = [await found(service, q) for q in ("rocket", "rocket launch", "launc", "fuel nominal", "nomina fuel")]
     await caught_up(service)
     after = [await found(service, q) for q in ("rocket", "rocket launch", "launc", "fuel nominal", "nomina fuel")]
@@ -94,7 +87,7 @@ async def test_a_renamed_session_no_longer_matches_its_old_title(service: Sessio
 
 
 async def test_a_deleted_session_is_never_found(service: SessionService) -> None:
-    await service.create("default", "gone", conversation("ephemeral", "yes"), None)
+    await service.create("default", "gone", question_and_answer("ephemeral", "yes"), None)
     await caught_up(service)
     await service.delete(SessionKey("default", "gone"))
     assert await found(service, "ephemeral") == []
@@ -103,8 +96,8 @@ async def test_a_deleted_session_is_never_found(service: SessionService) -> None
 
 
 async def test_tenants_never_see_each_others_sessions(service: SessionService) -> None:
-    await service.create("acme", "s", conversation("shared secret", "ok"), None)
-    await service.create("other", "s", conversation("shared words", "ok"), None)
+    await service.create("acme", "s", question_and_answer("shared secret", "ok"), None)
+    await service.create("other", "s", question_and_answer("shared words", "ok"), None)
     await caught_up(service)
     assert await found(service, "secret", "acme") == ["s"]
     assert await found(service, "secret", "other") == []
@@ -114,7 +107,10 @@ async def test_tenants_never_see_each_others_sessions(service: SessionService) -
 
 async def test_a_match_names_the_first_message_holding_the_first_word(service: SessionService) -> None:
     await service.create(
-        "default", "s", [title("Kettle"), *conversation("boil the kettle", "the kettle is boiling")], {"cwd": "/tea"}
+        "default",
+        "s",
+        [title("Kettle"), *question_and_answer("boil the kettle", "the kettle is boiling")],
+        {"cwd": "/tea"},
     )
     await caught_up(service)
     page, _ = await service.page("default", PageRequest(5, query=BY_UPDATE), q="kettle boil")
@@ -129,7 +125,7 @@ async def test_the_file_index_survives_a_restart_and_a_lost_file(tmp_path: Path)
     index = tmp_path / "search" / "search.sqlite3"
     first = SessionService(FileBackend(tmp_path, clock=wall_clock_ms, sync=False), search_index=index)
     await first.start()
-    await first.create("default", "kept", conversation("durable words", "ok"), None)
+    await first.create("default", "kept", question_and_answer("durable words", "ok"), None)
     await caught_up(first)
     await first.stop()
     assert index.exists()
@@ -151,7 +147,9 @@ async def test_the_file_index_survives_a_restart_and_a_lost_file(tmp_path: Path)
 
 
 async def test_indexing_a_long_log_leaves_the_event_loop_to_other_requests(service: SessionService) -> None:
-    turns = [event for number in range(1, 5001) for event in conversation(f"question {number}", "answer", number)]
+    turns = [
+        event for number in range(1, 5001) for event in question_and_answer(f"question {number}", "answer", number)
+    ]
     ticks: list[float] = []
 
     async def other_request() -> None:

@@ -16,22 +16,10 @@ from app.api.settings import Settings
 from app.backends.postgres import PostgresBackend
 from app.domain.clock import wall_clock_ms
 from app.domain.session import DEFAULT_TENANT, SessionKey
-from tests.api.builders import assistant_message, step_end, step_start, turn_end, turn_start
 from tests.api.helpers import append, create, fork, get_session, wait_ready
-from tests.events import user_message
+from tests.events import question_and_answer
 
 SIDEBAR = ("title", "preview", "bytes", "updatedAt", "eventCount", "lastTurnEndSeq")
-
-
-def turn(number: int, question: str, answer: str) -> list[Any]:
-    return [
-        turn_start(number),
-        user_message(question),
-        step_start(number),
-        assistant_message(number, 1, answer),
-        step_end(number),
-        turn_end(number),
-    ]
 
 
 def title(text: str) -> dict[str, Any]:
@@ -71,9 +59,13 @@ async def as_version_3_left_it(url: str) -> None:
 
 def test_an_upgraded_server_serves_the_sessions_an_older_one_stored(forklog_db: str, tmp_path: Path) -> None:
     old = serve(forklog_db, tmp_path / "one")
-    create(old, id="plain", seed=turn(1, "Where is the   harbour?", "Down the hill"), meta={"cwd": "/port"})
-    create(old, id="titled", seed=[title("Boat trip"), *turn(1, "rent a boat", "ok"), title("Sailing trip")])
-    append(old, "titled", turn(2, "and a sail", "sure"))
+    create(
+        old, id="plain", seed=question_and_answer("Where is the   harbour?", "Down the hill", 1), meta={"cwd": "/port"}
+    )
+    create(
+        old, id="titled", seed=[title("Boat trip"), *question_and_answer("rent a boat", "ok", 1), title("Sailing trip")]
+    )
+    append(old, "titled", question_and_answer("and a sail", "sure", 2))
     fork(old, "titled", sessionId="child", atTurn=1)  # a fork before the last title: its own title is the first
     create(old, id="empty")
     before = {item["id"]: item for item in old.get("/sessions", params={"limit": 100}).json()["items"]}
@@ -97,9 +89,13 @@ def test_an_upgraded_server_serves_the_sessions_an_older_one_stored(forklog_db: 
         ]
 
         # An append counts from the filled bytes: it adds what the same turn adds to a session made today.
-        third = turn(3, "a map", "here")  # the same events (message ids included) for both
+        third = question_and_answer("a map", "here", 3)  # the same events (message ids included) for both
         grown = append(new, "titled", third)["session"]
-        twin = create(new, id="twin00", seed=[*turn(1, "rent a boat", "ok"), *turn(2, "and a sail", "sure")])
+        twin = create(
+            new,
+            id="twin00",
+            seed=[*question_and_answer("rent a boat", "ok", 1), *question_and_answer("and a sail", "sure", 2)],
+        )
         twin_grown = append(new, "twin00", third)["session"]
         assert grown["bytes"] - before["titled"]["bytes"] == twin_grown["bytes"] - twin["bytes"] > 0
         assert grown["title"] == "Sailing trip" and grown["preview"] == "rent a boat"
@@ -108,7 +104,7 @@ def test_an_upgraded_server_serves_the_sessions_an_older_one_stored(forklog_db: 
         assert {member: again[member] for member in ("bytes", "title", "preview")} == {
             member: before["child"][member] for member in ("bytes", "title", "preview")
         }
-        edit = turn(2, "rent a kayak", "fine")
+        edit = question_and_answer("rent a kayak", "fine", 2)
         kayak = fork(new, "titled", sessionId="kayak", atTurn=1, events=edit)
         paddled = append(new, "again", edit)["session"]
         assert (kayak["bytes"], kayak["title"], kayak["preview"]) == (paddled["bytes"], "Boat trip", "rent a boat")
@@ -123,7 +119,9 @@ def test_an_upgraded_server_serves_the_sessions_an_older_one_stored(forklog_db: 
 def test_replicas_starting_together_on_an_older_database_share_the_fill(forklog_db: str, tmp_path: Path) -> None:
     old = serve(forklog_db, tmp_path / "one")
     for number in range(120):  # more than one batch of the fill
-        create(old, id=f"s{number}", seed=[title(f"Trip {number}"), *turn(1, f"question {number}", "ok")])
+        create(
+            old, id=f"s{number}", seed=[title(f"Trip {number}"), *question_and_answer(f"question {number}", "ok", 1)]
+        )
     before = {item["id"]: item for item in old.get("/sessions", params={"limit": 1000}).json()["items"]}
     old.__exit__(None, None, None)
     asyncio.run(as_version_3_left_it(forklog_db))

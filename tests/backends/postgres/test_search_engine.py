@@ -26,7 +26,9 @@ from app.domain.clock import wall_clock_ms
 from app.domain.search import Query, SearchText
 from app.domain.session import SessionKey
 from app.service.sessions import SessionService
-from tests.events import assistant_message, step_end, step_start, turn_end, turn_start, user_message
+from tests.events import (
+    question_and_answer,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -44,17 +46,6 @@ async def engine(forklog_db: str) -> AsyncIterator[PostgresSearch]:
         yield backend.search_engine()
     finally:
         await backend.close()
-
-
-def conversation(question: str, answer: str, number: int = 1) -> list[Any]:
-    return [
-        turn_start(number),
-        user_message(question),
-        step_start(number),
-        assistant_message(number, 1, answer),
-        step_end(number),
-        turn_end(number),
-    ]
 
 
 @dataclass
@@ -191,8 +182,8 @@ async def search_rows(url: str) -> list[tuple[str, str]]:
 
 async def test_a_restart_finds_what_was_indexed_without_rebuilding_it(forklog_db: str) -> None:
     async with replica(forklog_db) as first:
-        await first.create("kept", conversation("durable words", "ok"))
-        await first.create("other", conversation("something else", "ok"))
+        await first.create("kept", question_and_answer("durable words", "ok"))
+        await first.create("other", question_and_answer("something else", "ok"))
         await first.caught_up()
     before = sorted(await search_rows(forklog_db))
     assert [session for session, _ in before] == ["kept", "other"]
@@ -205,7 +196,7 @@ async def test_a_restart_finds_what_was_indexed_without_rebuilding_it(forklog_db
 
 async def test_a_session_no_replica_indexed_before_it_stopped_is_found_after_the_start(forklog_db: str) -> None:
     async with replica(forklog_db) as first:
-        await first.create("unindexed", conversation("quiet lighthouse", "ok"))
+        await first.create("unindexed", question_and_answer("quiet lighthouse", "ok"))
         await first.caught_up()
     conn = await asyncpg.connect(forklog_db)
     try:  # as if the replica that stored it had stopped before its round
@@ -222,9 +213,9 @@ async def test_a_session_no_replica_indexed_before_it_stopped_is_found_after_the
 
 async def test_a_second_replicas_changes_are_found(forklog_db: str) -> None:
     async with replica(forklog_db) as one, replica(forklog_db) as two:
-        await one.create("s", conversation("orange harbour", "ok"))
+        await one.create("s", question_and_answer("orange harbour", "ok"))
         await eventually(lambda: two.found("orange harb"), ["s"])
-        await one.append("s", conversation("violet canyon", "ok", 2))
+        await one.append("s", question_and_answer("violet canyon", "ok", 2))
         await eventually(lambda: two.found("violet cany"), ["s"])
         await one.caught_up()
         await two.caught_up()

@@ -75,9 +75,14 @@ def _fill(data: Path, count: int) -> None:
         (sessions / f"s{number}.jsonl").write_bytes(encode_header(header) + lines)
 
 
-async def _caught_up(service: SessionService) -> None:
-    while not service.searcher.caught_up:
+async def _ready(service: SessionService, *, indexed: bool = True) -> float:
+    """Seconds until the started service is ready (and, with ``indexed``, its search index current)."""
+    started = time.perf_counter()
+    while not service.ready:
+        await asyncio.sleep(0.01)
+    while indexed and not service.searcher.caught_up:
         await asyncio.sleep(0.05)
+    return time.perf_counter() - started
 
 
 async def _median_ms(client: httpx.AsyncClient, params: dict[str, Any]) -> tuple[float, int]:
@@ -101,11 +106,7 @@ async def _listing(count: int, folder: Path) -> list[Row]:
     service: SessionService = app.state.service
     rows = []
     async with app.router.lifespan_context(app):
-        started = time.perf_counter()
-        while not service.ready:
-            await asyncio.sleep(0.01)
-        await _caught_up(service)
-        log(f"sidebar: started and indexed in {time.perf_counter() - started:.1f} s")
+        log(f"sidebar: started and indexed in {await _ready(service):.1f} s")
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             first, found = await _median_ms(client, {"order": "updated", "limit": 50})
@@ -189,8 +190,7 @@ async def _postgres_listing(count: int) -> list[Row]:
         app = create_app(Settings(database_url=url, log_level="warning"))
         service: SessionService = app.state.service
         async with app.router.lifespan_context(app):
-            while not service.ready:
-                await asyncio.sleep(0.01)
+            await _ready(service, indexed=False)
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
                 first, found = await _median_ms(client, {"order": "updated", "limit": 50})
@@ -259,7 +259,7 @@ async def _postgres_search(count: int) -> list[Row]:
         service = SessionService(PostgresBackend(url, clock=wall_clock_ms))
         await service.start()
         await service.create("default", "s0", _turn(0), {"cwd": "/work"})
-        await _caught_up(service)
+        await _ready(service)
         await service.stop()
         started = time.perf_counter()
         conn = await asyncpg.connect(url)
@@ -272,11 +272,7 @@ async def _postgres_search(count: int) -> list[Row]:
         app = create_app(Settings(database_url=url, log_level="warning"))
         service = app.state.service
         async with app.router.lifespan_context(app):
-            started = time.perf_counter()
-            while not service.ready:
-                await asyncio.sleep(0.01)
-            await _caught_up(service)
-            log(f"sidebar: started on PostgreSQL, index found current in {time.perf_counter() - started:.2f} s")
+            log(f"sidebar: started on PostgreSQL, index found current in {await _ready(service):.2f} s")
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
                 number = count // 2

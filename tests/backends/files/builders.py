@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from tests.events import (
     assistant_message,
     message_id,
@@ -80,3 +82,17 @@ def turns(first: int, count: int) -> list[dict[str, Any]]:
     for turn in range(first, first + count):
         events += full_turn(turn)
     return events
+
+
+def packed(data: bytes) -> bytes:
+    """The file with its first three chunks in a row of packed chunks (a form forklog reads, never writes)."""
+    lines = data.split(b"\n")
+    chunks = [orjson.loads(line) for line in lines[4:7]]
+    assert {chunk["type"] for chunk in chunks} == {"assistant/chunk"}
+    row = {
+        "type": "text-chunks",
+        "seq0": chunks[0]["seq"],
+        "time0": chunks[0]["time"],
+        "data": {"turn": 1, "step": 1, "index": 0, "dt": [0, 0], "texts": [c["data"]["chunk"]["text"] for c in chunks]},
+    }
+    return b"\n".join([*lines[:4], orjson.dumps(row), *lines[7:]])

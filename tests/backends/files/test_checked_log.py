@@ -16,6 +16,7 @@ from app.backends.log_parts import log_since
 from app.domain.log import SessionLog, seed_log
 from app.domain.session import SessionKey
 from tests.backends.files import builders as b
+from tests.backends.files.builders import packed
 
 T0 = 1_785_000_000_000
 KEY = SessionKey("default", "checked")
@@ -24,20 +25,6 @@ KEY = SessionKey("default", "checked")
 def file_of(events: list[dict[str, Any]]) -> bytes:
     header = {"type": "session", "version": 0, "id": KEY.id, "createdAt": T0, "cwd": "/w"}
     return orjson.dumps(header) + b"\n" + seed_log(events, now=T0).lines()
-
-
-def packed(data: bytes) -> bytes:
-    """The file with its first three chunks in a row of packed chunks (a form forklog reads, never writes)."""
-    lines = data.split(b"\n")
-    chunks = [orjson.loads(line) for line in lines[4:7]]
-    assert {chunk["type"] for chunk in chunks} == {"assistant/chunk"}
-    row = {
-        "type": "text-chunks",
-        "seq0": chunks[0]["seq"],
-        "time0": chunks[0]["time"],
-        "data": {"turn": 1, "step": 1, "index": 0, "dt": [0, 0], "texts": [c["data"]["chunk"]["text"] for c in chunks]},
-    }
-    return b"\n".join([*lines[:4], orjson.dumps(row), *lines[7:]])
 
 
 def recovered_log(data: bytes) -> SessionLog:

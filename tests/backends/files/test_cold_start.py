@@ -95,16 +95,7 @@ def damaged_copies(data_dir: Path) -> dict[str, str]:
     (folder / "empty.jsonl").write_bytes(b"")
     torn = write_dsh_log(data_dir, "torn", b.turns(1, 12))
     (folder / "torn.jsonl").write_bytes(torn + b'{"type":"forklog-test/note","seq":')
-    lines = lines_of("packed")
-    chunks = [orjson.loads(line) for line in lines[4:7]]
-    assert {chunk["type"] for chunk in chunks} == {"assistant/chunk"}
-    row = {
-        "type": "text-chunks",
-        "seq0": chunks[0]["seq"],
-        "time0": chunks[0]["time"],
-        "data": {"turn": 1, "step": 1, "index": 0, "dt": [0, 0], "texts": [c["data"]["chunk"]["text"] for c in chunks]},
-    }
-    (folder / "packed.jsonl").write_bytes(b"\n".join([*lines[:4], orjson.dumps(row), *lines[7:]]))
+    (folder / "packed.jsonl").write_bytes(b.packed(b"\n".join(lines_of("packed"))))
     return {
         "bad-line": "line 8 is not a storage record",
         "seq-gap": "seq gap at line 31",

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,16 +134,16 @@ async def _listing(count: int, folder: Path) -> list[Row]:
     return rows
 
 
-async def _appends(folder: Path, seconds: float, *, search: bool) -> float:
-    backend = FileBackend(folder, clock=wall_clock_ms, sync=False)
-    service = SessionService(backend, search_index=folder / "search" / "search.sqlite3")
-    await service.start()
+async def _append_load(
+    service: SessionService, seconds: float, *, search: bool, seed: Callable[[int], list[Any]], note: list[Any]
+) -> float:
+    """Appends per second of one event (``note``) a batch by 100 writers, each to its own session started with
+    ``seed(number)``, on a started ``service`` whose search index runs or not; the service is stopped after."""
     try:
         if not search:
             await service.searcher.stop()
         for number in range(100):
-            await service.create("default", f"a{number}", [], None)
-        note = [{"type": "forklog-bench/note", "data": {"text": "more words for the index"}}]
+            await service.create("default", f"a{number}", seed(number), None)
         done = 0
         deadline = time.perf_counter() + seconds
 
@@ -158,6 +159,14 @@ async def _appends(folder: Path, seconds: float, *, search: bool) -> float:
         return done / (time.perf_counter() - started)
     finally:
         await service.stop()
+
+
+async def _appends(folder: Path, seconds: float, *, search: bool) -> float:
+    backend = FileBackend(folder, clock=wall_clock_ms, sync=False)
+    service = SessionService(backend, search_index=folder / "search" / "search.sqlite3")
+    await service.start()
+    note = [{"type": "forklog-bench/note", "data": {"text": "more words for the index"}}]
+    return await _append_load(service, seconds, search=search, seed=lambda number: [], note=note)
 
 
 _PG_FILL = """
@@ -291,26 +300,8 @@ async def _postgres_appends(seconds: float, *, search: bool) -> float | str:
         url = cluster.url(cluster.create_database(fresh_database_name("forklog_appends")))
         service = SessionService(PostgresBackend(url, clock=wall_clock_ms))
         await service.start()
-        try:
-            if not search:
-                await service.searcher.stop()
-            for number in range(100):
-                await service.create("default", f"a{number}", _turn(number), None)
-            done = 0
-            deadline = time.perf_counter() + seconds
-
-            async def writer(number: int) -> None:
-                nonlocal done
-                session = SessionKey("default", f"a{number}")
-                while time.perf_counter() < deadline:
-                    await service.append(session, [{"type": "forklog-bench/note", "data": {"text": "more words"}}])
-                    done += 1
-
-            started = time.perf_counter()
-            await asyncio.gather(*(writer(number) for number in range(100)))
-            return done / (time.perf_counter() - started)
-        finally:
-            await service.stop()
+        note = [{"type": "forklog-bench/note", "data": {"text": "more words"}}]
+        return await _append_load(service, seconds, search=search, seed=_turn, note=note)
     finally:
         cluster.close()
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +41,23 @@ def write(path: Path, secrets: dict[str, str], rate: dict[str, Any]) -> None:
     path.write_bytes(key_record("slow", secrets["slow"], rateLimit=rate) + key_record("free", secrets["free"]))
 
 
-def test_requests_beyond_the_burst_answer_429_with_retry_after(
-    make_client: ClientFactory, tmp_path: Path, secrets: dict[str, str]
-) -> None:
-    keys = tmp_path / "keys.jsonl"
-    write(keys, secrets, {"perSecond": 0.5, "burst": 3})
-    client = make_client(keys_file=keys)
+Limited = Callable[[dict[str, Any]], TestClient]
+
+
+@pytest.fixture
+def limited(make_client: ClientFactory, tmp_path: Path, secrets: dict[str, str]) -> Limited:
+    """A client of a service whose key "slow" has the rate limit given (and "free" none)."""
+
+    def client_with(rate: dict[str, Any]) -> TestClient:
+        keys = tmp_path / "keys.jsonl"
+        write(keys, secrets, rate)
+        return make_client(keys_file=keys)
+
+    return client_with
+
+
+def test_requests_beyond_the_burst_answer_429_with_retry_after(limited: Limited, secrets: dict[str, str]) -> None:
+    client = limited({"perSecond": 0.5, "burst": 3})
 
     answers = [client.get("/sessions", headers=auth(secrets["slow"])) for _ in range(5)]
 
@@ -58,12 +70,8 @@ def test_requests_beyond_the_burst_answer_429_with_retry_after(
     assert all(client.get("/sessions", headers=auth(secrets["free"])).status_code == 200 for _ in range(20))
 
 
-def test_a_refused_request_does_nothing_not_even_read_its_body(
-    make_client: ClientFactory, tmp_path: Path, secrets: dict[str, str]
-) -> None:
-    keys = tmp_path / "keys.jsonl"
-    write(keys, secrets, {"perSecond": 0.01, "burst": 1})
-    client = make_client(keys_file=keys)
+def test_a_refused_request_does_nothing_not_even_read_its_body(limited: Limited, secrets: dict[str, str]) -> None:
+    client = limited({"perSecond": 0.01, "burst": 1})
     slow = auth(secrets["slow"])
     assert client.post("/sessions", json={"id": "s"}, headers=slow).status_code == 201
 
@@ -80,10 +88,8 @@ def test_a_refused_request_does_nothing_not_even_read_its_body(
     assert client.get("/sessions/t", headers=free).status_code == 404
 
 
-def test_tokens_come_back_at_the_rate(make_client: ClientFactory, tmp_path: Path, secrets: dict[str, str]) -> None:
-    keys = tmp_path / "keys.jsonl"
-    write(keys, secrets, {"perSecond": 20, "burst": 1})
-    client = make_client(keys_file=keys)
+def test_tokens_come_back_at_the_rate(limited: Limited, secrets: dict[str, str]) -> None:
+    client = limited({"perSecond": 20, "burst": 1})
     slow = auth(secrets["slow"])
     assert client.get("/sessions", headers=slow).status_code == 200
     refused = client.get("/sessions", headers=slow)
@@ -94,12 +100,8 @@ def test_tokens_come_back_at_the_rate(make_client: ClientFactory, tmp_path: Path
     assert client.get("/sessions", headers=slow).status_code == 200
 
 
-def test_open_routes_and_refused_keys_do_not_count(
-    make_client: ClientFactory, tmp_path: Path, secrets: dict[str, str]
-) -> None:
-    keys = tmp_path / "keys.jsonl"
-    write(keys, secrets, {"perSecond": 0.01, "burst": 1})
-    client = make_client(keys_file=keys)
+def test_open_routes_and_refused_keys_do_not_count(limited: Limited, secrets: dict[str, str]) -> None:
+    client = limited({"perSecond": 0.01, "burst": 1})
     slow = auth(secrets["slow"])
     for _ in range(5):
         assert client.get("/healthz", headers=slow).status_code == 200
@@ -109,16 +111,14 @@ def test_open_routes_and_refused_keys_do_not_count(
 
 
 def test_a_changed_limit_takes_effect_without_a_restart(
-    make_client: ClientFactory, tmp_path: Path, secrets: dict[str, str]
+    limited: Limited, tmp_path: Path, secrets: dict[str, str]
 ) -> None:
-    keys = tmp_path / "keys.jsonl"
-    write(keys, secrets, {"perSecond": 0.01, "burst": 1})
-    client = make_client(keys_file=keys)
+    client = limited({"perSecond": 0.01, "burst": 1})
     slow = auth(secrets["slow"])
     assert client.get("/sessions", headers=slow).status_code == 200
     assert_problem(client.get("/sessions", headers=slow), 429, "RATE_LIMITED")
 
-    write(keys, secrets, {"perSecond": 0.01, "burst": 50})
+    write(tmp_path / "keys.jsonl", secrets, {"perSecond": 0.01, "burst": 50})
     deadline = time.monotonic() + 5
     while client.get("/sessions", headers=slow).status_code == 429:
         assert time.monotonic() < deadline, "the new limit did not take effect within 5 s"
@@ -147,9 +147,7 @@ def test_a_bad_rate_limit_is_a_bad_line(
         make_app(keys_file=keys)
 
 
-def test_a_fractional_rate_is_allowed(make_client: ClientFactory, tmp_path: Path, secrets: dict[str, str]) -> None:
-    keys = tmp_path / "keys.jsonl"
-    write(keys, secrets, {"perSecond": 2.5, "burst": 2})
-    client: TestClient = make_client(keys_file=keys)
+def test_a_fractional_rate_is_allowed(limited: Limited, secrets: dict[str, str]) -> None:
+    client = limited({"perSecond": 2.5, "burst": 2})
     codes = [client.get("/sessions", headers=auth(secrets["slow"])).status_code for _ in range(3)]
     assert codes[:2] == [200, 200]

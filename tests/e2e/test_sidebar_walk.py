@@ -9,6 +9,7 @@ import pytest
 
 from tests.e2e.conftest import StartServer
 from tests.e2e.test_server import check_walk_answers, run_walk
+from tests.events import turn_end, turn_start, user_message
 
 pytestmark = pytest.mark.e2e
 
@@ -34,20 +35,8 @@ def test_the_readme_sidebar_walk(start_server: StartServer) -> None:
 
 
 def _turn(text: str) -> list[dict[str, object]]:
-    return [
-        {"type": "turn/start", "data": {"turn": 1}},
-        {
-            "type": "user/message",
-            "surfaceOp": "append",
-            "data": {
-                "id": "u1",
-                "role": "user",
-                "content": [{"type": "text", "text": text}],
-                "source": {"kind": "user"},
-            },
-        },
-        {"type": "turn/end", "data": {"turn": 1, "reason": {"kind": "completed"}}},
-    ]
+    """A one-turn seed that holds only the user's message."""
+    return [turn_start(1), user_message(text), turn_end(1)]
 
 
 def test_a_search_after_kill_9_finds_what_was_acknowledged(start_server: StartServer, tmp_path: Path) -> None:

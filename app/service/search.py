@@ -179,9 +179,7 @@ class Searcher(BackgroundLoop):
         except IndexDamaged as exc:
             logger.warning("the search index failed (%s); it is rebuilt", exc)
             self._ready = False
-            if self._task is not None:
-                self._task.cancel()
-                self._task = None
+            await super().stop()  # the loop ends before its index is reset (not closed: it is used again)
             await self._index.reset()
             self.start()
             return None

@@ -26,7 +26,7 @@ from app.domain.limits import TenantLimits
 from app.domain.listing import PageRequest
 from app.domain.session import Session, SessionKey
 
-__all__ = ["Retention", "updated_at", "visible_page"]
+__all__ = ["Retention", "is_expired", "visible_page"]
 
 logger = logging.getLogger("forklog.retention")
 
@@ -36,15 +36,8 @@ SWEEP_MAX_SECONDS = 5.0
 PAGE = 1000
 
 
-def updated_at(session: Session) -> int:
-    """The later of the session's ``createdAt`` and its last event's ``time`` (spec 12's ``updatedAt``)."""
-    last = session.head.last_time
-    created = session.header.created_at
-    return max(created, last) if isinstance(last, int) else created
-
-
 def is_expired(session: Session, cutoff: int | None) -> bool:
-    return cutoff is not None and updated_at(session) < cutoff
+    return cutoff is not None and session.updated_at < cutoff
 
 
 async def visible_page(backend: Backend, tenant: str, request: PageRequest, cutoff: int | None) -> list[Session]:

@@ -43,7 +43,7 @@ from app.service.locks import KeyedLocks
 from app.service.observer import NO_SESSION_OBSERVER, SessionObserver
 from app.service.quotas import QuotaLedger, header_bytes
 from app.service.reads import Deleted, Lineage, SessionReads, TailEvents, find_live
-from app.service.retention import Retention, updated_at
+from app.service.retention import Retention
 from app.service.search import Searcher
 
 __all__ = [
@@ -298,7 +298,7 @@ class SessionService:
                 session = await self.backend.find(key)
             except SessionCorrupt:
                 return False
-            if session is None or updated_at(session) >= cutoff:
+            if session is None or session.updated_at >= cutoff:
                 return False  # gone already, or appended to meanwhile
             await self._delete(session)
             return True

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
+from app.backends.errors import ChangeRefused
 from app.backends.search import IndexDamaged, IndexedSession, IndexRow, SessionWalk
 from app.domain.session import SessionKey
 
@@ -39,6 +40,17 @@ CREATE VIRTUAL TABLE IF NOT EXISTS docs USING fts5(words, tokenize = "unicode61 
 """
 
 
+# SQLite's primary result codes for a full disk and an I/O error (sqlite3's constants are not typed in every stub).
+_SPACE_OR_DISK = frozenset({13, 10})  # SQLITE_FULL, SQLITE_IOERR
+
+
+def _refuse_if_disk(exc: sqlite3.DatabaseError) -> None:
+    """ChangeRefused when ``exc`` is a full or failing disk: not a damaged index, so the index (and the space it
+    holds) is kept and the work is tried again later."""
+    if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _SPACE_OR_DISK:
+        raise ChangeRefused(f"the search index cannot be written: {exc}") from exc
+
+
 class SearchIndex:
     """The FTS5 index in ``path`` (None: in memory, for a store that keeps nothing across a restart)."""
 
@@ -53,6 +65,7 @@ class SearchIndex:
         try:
             return self._open()
         except sqlite3.DatabaseError as exc:
+            _refuse_if_disk(exc)
             logger.warning("the search index %s is damaged (%s); it is rebuilt", self._path, exc)
             self._reset_unlocked()
             return self._open()
@@ -119,6 +132,7 @@ class SearchIndex:
                         (key.tenant, key.id, instance, count, doc.lastrowid),
                     )
         except sqlite3.DatabaseError as exc:
+            _refuse_if_disk(exc)
             raise IndexDamaged(str(exc)) from exc
 
     @staticmethod

@@ -1,4 +1,5 @@
-"""Appends skip the router (app/api/append_shortcut.py): they must answer exactly as the documented route does."""
+"""Appends skip FastAPI's layers and the router (app/api/append_shortcut.py, ForklogApp in app/api/app.py): they
+must answer exactly as the documented route does."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.routing import Router
 from starlette.testclient import TestClient
 
@@ -65,23 +67,34 @@ def test_an_append_answers_as_the_documented_route_does(
     make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     routed: list[str] = []
+    framed: list[str] = []  # requests that entered FastAPI's own layers (its outermost is Starlette's error layer)
     route = Router.__call__
+    frame = ServerErrorMiddleware.__call__
 
     async def counting(self: Router, scope: Any, receive: Any, send: Any) -> None:
         routed.append(scope.get("path", ""))
         await route(self, scope, receive, send)
 
+    async def framing(self: ServerErrorMiddleware, scope: Any, receive: Any, send: Any) -> None:
+        framed.append(scope.get("path", ""))
+        await frame(self, scope, receive, send)
+
     monkeypatch.setattr(Router, "__call__", counting)
+    monkeypatch.setattr(ServerErrorMiddleware, "__call__", framing)
     shortcut = _walk(make_client())
     assert "/sessions/s/events" not in routed, "appends did not take the shortcut"
+    assert "/sessions/s/events" not in framed, "appends went through FastAPI's layers"
     assert "/sessions/s/events/" in routed
+    assert "/sessions/s/events/" in framed
 
     async def never_shortcut(self: AppendShortcut, scope: Any, receive: Any, send: Any) -> None:
         await self.app(scope, receive, send)
 
     monkeypatch.setattr(AppendShortcut, "__call__", never_shortcut)
     routed.clear()
+    framed.clear()
     through_router = _walk(make_client(create_app(Settings(data_dir=tmp_path / "other", fsync=False))))
     assert "/sessions/s/events" in routed
+    assert "/sessions/s/events" in framed
     assert shortcut == through_router
     assert {status for status, *_ in shortcut} >= {201, 404, 409, 422}

@@ -154,3 +154,25 @@ def fork(client: TestClient, session_id: str, **body: Any) -> dict[str, Any]:
     assert response.status_code == 201, response.text
     child: dict[str, Any] = response.json()
     return child
+
+
+def listed_pages(client: TestClient, **params: Any) -> list[list[str]]:
+    """The session ids of every page ``GET /sessions`` gives for ``params``, following ``nextCursor`` to the end."""
+    pages: list[list[str]] = []
+    cursor = None
+    while True:
+        query = dict(params) if cursor is None else {**params, "cursor": cursor}
+        response = client.get("/sessions", params=query)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        pages.append([item["id"] for item in body["items"]])
+        cursor = body["nextCursor"]
+        if cursor is None:
+            return pages
+        assert isinstance(cursor, str)
+        assert len(pages) < 100, "the cursor does not advance"
+
+
+def listed_ids(client: TestClient, **params: Any) -> list[str]:
+    """The session ids of every page ``GET /sessions`` gives for ``params``, in order."""
+    return [id for page in listed_pages(client, **params) for id in page]

@@ -9,7 +9,7 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from tests.api.builders import assistant_message, step_end, step_start, tool_call, tool_result, turn_end, turn_start
-from tests.api.helpers import append, assert_invalid_request, create
+from tests.api.helpers import append, assert_invalid_request, create, listed_ids
 from tests.events import user_message
 
 
@@ -87,18 +87,7 @@ def test_search_pages_follow_their_cursor(client: TestClient) -> None:
     for number in range(5):
         create(client, id=f"s{number}", seed=_conversation(f"common words {number}", "ok"))
     create(client, id="x", seed=_conversation("nothing here", "ok"))
-    found: list[str] = []
-    cursor = None
-    while True:
-        params: dict[str, Any] = {"q": "common", "limit": 2}
-        if cursor:
-            params["cursor"] = cursor
-        page = client.get("/sessions", params=params).json()
-        found += [item["id"] for item in page["items"]]
-        cursor = page["nextCursor"]
-        if cursor is None:
-            break
-    assert found == ["s4", "s3", "s2", "s1", "s0"]
+    assert listed_ids(client, q="common", limit=2) == ["s4", "s3", "s2", "s1", "s0"]
     first = client.get("/sessions", params={"q": "common", "limit": 2}).json()["nextCursor"]
     assert_invalid_request(client.get("/sessions", params={"q": "commo", "cursor": first}), "cursor")
 

@@ -18,6 +18,7 @@ from tests.api.helpers import (
     events_of,
     fork,
     get_session,
+    listed_pages,
 )
 
 # -- create ---------------------------------------------------------------------------------------------------------
@@ -227,29 +228,13 @@ def test_an_empty_list(client: TestClient) -> None:
     assert client.get("/sessions").json() == {"items": [], "nextCursor": None}
 
 
-def _walk_pages(client: TestClient, **params: str | int) -> list[list[str]]:
-    pages: list[list[str]] = []
-    cursor = None
-    while True:
-        query = dict(params) if cursor is None else {**params, "cursor": cursor}
-        response = client.get("/sessions", params=query)
-        assert response.status_code == 200, response.text
-        body = response.json()
-        pages.append([item["id"] for item in body["items"]])
-        cursor = body["nextCursor"]
-        if cursor is None:
-            return pages
-        assert isinstance(cursor, str)
-        assert len(pages) < 100, "the cursor does not advance"
-
-
 @pytest.mark.parametrize(("count", "expected"), [(5, [2, 2, 1]), (4, [2, 2]), (1, [1])])
 def test_list_pages_with_limit_and_cursor(client: TestClient, count: int, expected: list[int]) -> None:
     ids = [f"s{index}" for index in range(count)]
     for session_id in ids:
         create(client, id=session_id)
 
-    pages = _walk_pages(client, limit=2)
+    pages = listed_pages(client, limit=2)
 
     assert [len(page) for page in pages] == expected  # a full last page has no nextCursor either
     assert [session_id for page in pages for session_id in page] == ids
@@ -286,8 +271,8 @@ def test_list_filters_by_parent(client: TestClient) -> None:
     fork(client, "other", sessionId="not-mine")
     create(client, id="by-meta", meta={"parentSession": "root"})
 
-    assert _walk_pages(client, parent="root", limit=2) == [["c1", "c2"], ["c3", "by-meta"]]
-    assert _walk_pages(client, parent="nobody") == [[]]
+    assert listed_pages(client, parent="root", limit=2) == [["c1", "c2"], ["c3", "by-meta"]]
+    assert listed_pages(client, parent="nobody") == [[]]
 
 
 @pytest.mark.parametrize("limit", ["0", "1001", "-1", "abc", "1.5", ""])

@@ -10,24 +10,13 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from tests.api.builders import note, turn, turn_end, turn_start, user_message
-from tests.api.helpers import append, assert_invalid_request, create, get_session
+from tests.api.helpers import append, assert_invalid_request, create, get_session, listed_ids
 
 
 def _ids(client: TestClient, **params: Any) -> list[str]:
     response = client.get("/sessions", params=params)
     assert response.status_code == 200, response.text
     return [item["id"] for item in response.json()["items"]]
-
-
-def _all_pages(client: TestClient, **params: Any) -> list[str]:
-    found: list[str] = []
-    cursor = None
-    while True:
-        page = client.get("/sessions", params={**params, **({"cursor": cursor} if cursor else {})}).json()
-        found += [item["id"] for item in page["items"]]
-        cursor = page["nextCursor"]
-        if cursor is None:
-            return found
 
 
 def _later() -> None:
@@ -54,8 +43,8 @@ def test_pages_by_updated_hold_each_session_once(client: TestClient) -> None:
     _later()
     append(client, "s3", [note("touch")])
 
-    assert _all_pages(client, order="updated", limit=2) == ["s3", "s6", "s5", "s4", "s2", "s1", "s0"]
-    assert _all_pages(client, order="updated", direction="asc", limit=3) == ["s0", "s1", "s2", "s4", "s5", "s6", "s3"]
+    assert listed_ids(client, order="updated", limit=2) == ["s3", "s6", "s5", "s4", "s2", "s1", "s0"]
+    assert listed_ids(client, order="updated", direction="asc", limit=3) == ["s0", "s1", "s2", "s4", "s5", "s6", "s3"]
 
 
 def test_filters_keep_the_sessions_whose_header_field_equals_the_value(client: TestClient) -> None:
@@ -67,7 +56,7 @@ def test_filters_keep_the_sessions_whose_header_field_equals_the_value(client: T
     assert _ids(client, origin="subagent") == ["sub"]
     assert _ids(client, agentPreset="coder", order="updated") == ["sub"]
     assert _ids(client, cwd="/elsewhere") == []
-    assert _all_pages(client, cwd="/here", limit=1) == ["here", "sub"]
+    assert listed_ids(client, cwd="/here", limit=1) == ["here", "sub"]
 
 
 def test_a_cursor_belongs_to_its_query(client: TestClient) -> None:

@@ -176,3 +176,23 @@ def listed_pages(client: TestClient, **params: Any) -> list[list[str]]:
 def listed_ids(client: TestClient, **params: Any) -> list[str]:
     """The session ids of every page ``GET /sessions`` gives for ``params``, in order."""
     return [id for page in listed_pages(client, **params) for id in page]
+
+
+def listed_page(client: TestClient, **params: Any) -> list[str]:
+    """The session ids on the one page ``GET /sessions`` gives for ``params``."""
+    response = client.get("/sessions", params=params)
+    assert response.status_code == 200, response.text
+    return [item["id"] for item in response.json()["items"]]
+
+
+def searched(client: TestClient, q: str, **params: Any) -> list[dict[str, Any]]:
+    """The items of the one page a search for ``q`` gives."""
+    response = client.get("/sessions", params={"q": q, **params})
+    assert response.status_code == 200, response.text
+    items: list[dict[str, Any]] = response.json()["items"]
+    return items
+
+
+def a_later_millisecond() -> None:
+    """Wait until the clock is past every time given so far (createdAt, updatedAt and events' times order by it)."""
+    time.sleep(0.02)

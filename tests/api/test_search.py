@@ -9,7 +9,7 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from tests.api.builders import assistant_message, step_end, step_start, tool_call, tool_result, turn_end, turn_start
-from tests.api.helpers import append, assert_invalid_request, create, listed_ids
+from tests.api.helpers import append, assert_invalid_request, create, listed_ids, searched
 from tests.events import user_message
 
 
@@ -26,15 +26,8 @@ def _conversation(question: str, answer: str, *, number: int = 1, tool_output: s
     ]
 
 
-def _search(client: TestClient, q: str, **params: Any) -> list[dict[str, Any]]:
-    response = client.get("/sessions", params={"q": q, **params})
-    assert response.status_code == 200, response.text
-    items: list[dict[str, Any]] = response.json()["items"]
-    return items
-
-
 def _ids(client: TestClient, q: str, **params: Any) -> list[str]:
-    return [item["id"] for item in _search(client, q, **params)]
+    return [item["id"] for item in searched(client, q, **params)]
 
 
 def test_every_word_must_be_present_and_the_last_may_be_a_prefix(client: TestClient) -> None:
@@ -64,7 +57,7 @@ def test_only_titles_cwd_and_message_text_are_searched(client: TestClient) -> No
 def test_a_match_carries_the_seq_and_a_snippet_of_the_first_word(client: TestClient) -> None:
     create(client, id="s", seed=_conversation("where is the config file", "the config file is in /etc"))
 
-    (item,) = _search(client, "config")
+    (item,) = searched(client, "config")
 
     assert item["match"]["seq"] == 1
     assert "config" in item["match"]["snippet"]

@@ -4,35 +4,31 @@ title, preview, bytes and updatedAt as a sidebar reads them."""
 from __future__ import annotations
 
 import json
-import time
-from typing import Any
 
 from starlette.testclient import TestClient
 
 from tests.api.builders import note, turn, turn_end, turn_start, user_message
-from tests.api.helpers import append, assert_invalid_request, create, get_session, listed_ids
-
-
-def _ids(client: TestClient, **params: Any) -> list[str]:
-    response = client.get("/sessions", params=params)
-    assert response.status_code == 200, response.text
-    return [item["id"] for item in response.json()["items"]]
-
-
-def _later() -> None:
-    time.sleep(0.02)  # a later millisecond than every createdAt given so far
+from tests.api.helpers import (
+    a_later_millisecond,
+    append,
+    assert_invalid_request,
+    create,
+    get_session,
+    listed_ids,
+    listed_page,
+)
 
 
 def test_order_updated_lists_the_most_recently_active_first(client: TestClient) -> None:
     for name in ("a", "b", "c"):
         create(client, id=name)
-    _later()
+    a_later_millisecond()
     append(client, "a", [note("again")])
 
-    assert _ids(client, order="updated") == ["a", "c", "b"]
-    assert _ids(client, order="updated", direction="asc") == ["b", "c", "a"]
-    assert _ids(client) == ["a", "b", "c"]  # created, asc: as before
-    assert _ids(client, direction="desc") == ["c", "b", "a"]
+    assert listed_page(client, order="updated") == ["a", "c", "b"]
+    assert listed_page(client, order="updated", direction="asc") == ["b", "c", "a"]
+    assert listed_page(client) == ["a", "b", "c"]  # created, asc: as before
+    assert listed_page(client, direction="desc") == ["c", "b", "a"]
     session = get_session(client, "a")
     assert session["updatedAt"] > session["createdAt"]
 
@@ -40,7 +36,7 @@ def test_order_updated_lists_the_most_recently_active_first(client: TestClient) 
 def test_pages_by_updated_hold_each_session_once(client: TestClient) -> None:
     for number in range(7):
         create(client, id=f"s{number}")
-    _later()
+    a_later_millisecond()
     append(client, "s3", [note("touch")])
 
     assert listed_ids(client, order="updated", limit=2) == ["s3", "s6", "s5", "s4", "s2", "s1", "s0"]
@@ -52,10 +48,10 @@ def test_filters_keep_the_sessions_whose_header_field_equals_the_value(client: T
     create(client, id="here", meta={"cwd": "/here"})
     create(client, id="sub", meta={"cwd": "/here", "origin": "subagent", "agentPreset": "coder"})
 
-    assert _ids(client, cwd="/here") == ["here", "sub"]
-    assert _ids(client, origin="subagent") == ["sub"]
-    assert _ids(client, agentPreset="coder", order="updated") == ["sub"]
-    assert _ids(client, cwd="/elsewhere") == []
+    assert listed_page(client, cwd="/here") == ["here", "sub"]
+    assert listed_page(client, origin="subagent") == ["sub"]
+    assert listed_page(client, agentPreset="coder", order="updated") == ["sub"]
+    assert listed_page(client, cwd="/elsewhere") == []
     assert listed_ids(client, cwd="/here", limit=1) == ["here", "sub"]
 
 
@@ -78,7 +74,7 @@ def test_a_cursor_belongs_to_its_query(client: TestClient) -> None:
     ):
         assert_invalid_request(client.get("/sessions", params=params), "cursor")
     assert client.get("/sessions", params={"cursor": by_update, "order": "updated"}).status_code == 200
-    assert _ids(client, cursor=plain, limit=5) == ["b", "c"]
+    assert listed_page(client, cursor=plain, limit=5) == ["b", "c"]
 
 
 def test_bad_list_parameters_are_refused(client: TestClient) -> None:

@@ -32,6 +32,7 @@ from tests.api.builders import (
 )
 from tests.api.conftest import ClientFactory
 from tests.api.helpers import (
+    a_later_millisecond,
     append,
     assert_invalid_request,
     assert_problem,
@@ -39,29 +40,14 @@ from tests.api.helpers import (
     events_of,
     get_session,
     listed_ids,
+    listed_page,
+    searched,
 )
 from tests.events import question_and_answer
 
 
-def _later() -> None:
-    time.sleep(0.02)  # a later millisecond than every time given so far
-
-
-def _ids(client: TestClient, **params: Any) -> list[str]:
-    response = client.get("/sessions", params=params)
-    assert response.status_code == 200, response.text
-    return [item["id"] for item in response.json()["items"]]
-
-
-def _search(client: TestClient, q: str, **params: Any) -> list[dict[str, Any]]:
-    response = client.get("/sessions", params={"q": q, **params})
-    assert response.status_code == 200, response.text
-    items: list[dict[str, Any]] = response.json()["items"]
-    return items
-
-
 def _found(client: TestClient, q: str) -> list[str]:
-    return sorted(item["id"] for item in _search(client, q))
+    return sorted(item["id"] for item in searched(client, q))
 
 
 def _title(title: Any) -> dict[str, Any]:
@@ -84,8 +70,8 @@ def test_title_is_the_last_title_events_and_null_without_one(client: TestClient)
 
     append(client, "s", [_title("Third name")])
     assert get_session(client, "s")["title"] == "Third name"
-    assert _ids(client, q="second") == []  # the searchable title is the current one
-    assert _ids(client, q="third") == ["s"]
+    assert listed_page(client, q="second") == []  # the searchable title is the current one
+    assert listed_page(client, q="third") == ["s"]
 
 
 def test_preview_is_the_first_user_message_joined_trimmed_and_cut_at_200_characters(client: TestClient) -> None:
@@ -115,7 +101,7 @@ def test_preview_is_the_first_user_message_joined_trimmed_and_cut_at_200_charact
 def test_updated_at_follows_the_last_event_and_nothing_else(client: TestClient) -> None:
     created = create(client, id="s", seed=turns(1))
     assert created["updatedAt"] == max(created["createdAt"], events_of(client, "s")[-1]["time"])
-    _later()
+    a_later_millisecond()
 
     client.get("/sessions/s/events")
     client.get("/sessions/s/history")
@@ -128,11 +114,11 @@ def test_updated_at_follows_the_last_event_and_nothing_else(client: TestClient) 
 
     # A fork's child is as new as the fork: its createdAt is later than every event it copied.
     assert child["updatedAt"] == child["createdAt"] > created["updatedAt"]
-    _later()
+    a_later_millisecond()
     appended = append(client, "s", [note("touch")])
     last_time = appended["events"][-1]["time"]
     assert appended["session"]["updatedAt"] == last_time == get_session(client, "s")["updatedAt"]
-    assert _ids(client, order="updated") == ["s", "kid"]
+    assert listed_page(client, order="updated") == ["s", "kid"]
 
 
 def test_bytes_grows_by_the_exported_lines_of_each_append(client: TestClient) -> None:
@@ -156,14 +142,14 @@ def test_every_answer_that_carries_a_session_carries_the_new_members(client: Tes
     forked = client.post("/sessions/s/fork", json={"sessionId": "kid"}).json()
     snapshot_source = client.post("/sessions/s/snapshot", json={}).json()["source"]
     appended = append(client, "s", [note("n")])["session"]
-    searched = _search(client, "greeting")
+    found_items = searched(client, "greeting")
     listed = client.get("/sessions", params={"order": "updated"}).json()["items"]
     lineage = (
         client.get("/sessions/kid/lineage").json()["ancestors"] + client.get("/sessions/s/lineage").json()["children"]
     )
 
     assert len(lineage) == 2
-    for session in (created, forked, snapshot_source, appended, *searched, *listed, *lineage):
+    for session in (created, forked, snapshot_source, appended, *found_items, *listed, *lineage):
         assert {"updatedAt", "title", "preview", "bytes"} <= set(session), session
         assert session["preview"] == "hello there"
         assert session["title"] == "Greeting"  # the child's seed holds the title event too
@@ -223,7 +209,7 @@ def test_a_dsh_log_shows_its_title_and_its_bytes_are_its_exports(
     session = get_session(client, session_id)
     assert session["title"] == "Write a file named notes.txt"
     assert session["preview"] and session["preview"].startswith("Write a file named notes.txt")
-    assert _ids(client, q="notes txt") == [session_id]
+    assert listed_page(client, q="notes txt") == [session_id]
     client.__exit__(None, None, None)
 
     assert session["bytes"] == len(_export(session_id, ["--data-dir", str(data_dir)]))
@@ -325,7 +311,7 @@ def test_order_and_direction_values_are_exact(client: TestClient) -> None:
 def test_q_of_200_characters_is_taken_and_of_201_refused(client: TestClient) -> None:
     word = "a" * 200
     create(client, id="s", seed=question_and_answer(word, "ok"))
-    assert _ids(client, q=word) == ["s"]
+    assert listed_page(client, q=word) == ["s"]
     assert client.get("/sessions", params={"q": "😀" * 200}).status_code == 200  # characters, not UTF-16 units
     assert_invalid_request(client.get("/sessions", params={"q": "é" * 201}), "q")
     assert_invalid_request(client.get("/sessions", params={"q": "😀" * 201}), "q")
@@ -334,13 +320,13 @@ def test_q_of_200_characters_is_taken_and_of_201_refused(client: TestClient) -> 
 def test_a_search_orders_by_updated_desc_unless_told(client: TestClient) -> None:
     for name in ("a", "b", "c"):
         create(client, id=name, seed=question_and_answer("shared words", "ok"))
-    _later()
+    a_later_millisecond()
     append(client, "a", [note("touch")])
 
-    assert _ids(client, q="shared") == ["a", "c", "b"]
-    assert _ids(client, q="shared", direction="asc") == ["b", "c", "a"]
-    assert _ids(client, q="shared", order="created") == ["a", "b", "c"]
-    assert _ids(client, q="shared", order="created", direction="desc") == ["c", "b", "a"]
+    assert listed_page(client, q="shared") == ["a", "c", "b"]
+    assert listed_page(client, q="shared", direction="asc") == ["b", "c", "a"]
+    assert listed_page(client, q="shared", order="created") == ["a", "b", "c"]
+    assert listed_page(client, q="shared", order="created", direction="desc") == ["c", "b", "a"]
 
 
 def test_order_updated_pages_by_key_with_filters_and_parent(client: TestClient) -> None:
@@ -348,12 +334,12 @@ def test_order_updated_pages_by_key_with_filters_and_parent(client: TestClient) 
     for number in range(5):
         assert client.post("/sessions/root/fork", json={"sessionId": f"k{number}"}).status_code == 201
     create(client, id="other", meta={"cwd": "/w"})
-    _later()
+    a_later_millisecond()
     append(client, "k1", [note("touch")])
 
     assert listed_ids(client, order="updated", parent="root", limit=2) == ["k1", "k4", "k3", "k2", "k0"]
-    assert _ids(client, order="updated", cwd="/w") == ["k1", "other", "k4", "k3", "k2", "k0", "root"]
-    assert _ids(client, order="updated", cwd="/w", origin="subagent") == []
+    assert listed_page(client, order="updated", cwd="/w") == ["k1", "other", "k4", "k3", "k2", "k0", "root"]
+    assert listed_page(client, order="updated", cwd="/w", origin="subagent") == []
 
 
 def test_a_session_that_changes_while_paging_moves_and_the_others_appear_once(client: TestClient) -> None:
@@ -361,7 +347,7 @@ def test_a_session_that_changes_while_paging_moves_and_the_others_appear_once(cl
         create(client, id=f"s{number}")
     first = client.get("/sessions", params={"order": "updated", "limit": 3}).json()
     assert [item["id"] for item in first["items"]] == ["s5", "s4", "s3"]
-    _later()
+    a_later_millisecond()
     append(client, "s4", [note("moved to the front")])
 
     rest = client.get("/sessions", params={"order": "updated", "limit": 10, "cursor": first["nextCursor"]}).json()
@@ -379,11 +365,11 @@ def test_a_recreated_id_is_searched_by_its_new_log_only(client: TestClient) -> N
     assert _found(client, "oldword") == []
     assert _found(client, "newword") == ["s"]
     create(client, id="t")
-    _later()
+    a_later_millisecond()
     append(client, "s", [note("touch")])
-    assert _ids(client, order="updated") == ["s", "t"]
-    assert _ids(client, order="updated", direction="asc") == ["t", "s"]
-    assert _ids(client) == ["s", "t"]
+    assert listed_page(client, order="updated") == ["s", "t"]
+    assert listed_page(client, order="updated", direction="asc") == ["t", "s"]
+    assert listed_page(client) == ["s", "t"]
     time.sleep(1.1)  # once the index has caught up, too
     assert _found(client, "oldword") == []
     assert _found(client, "newword") == ["s"]
@@ -394,8 +380,8 @@ def test_a_deleted_session_leaves_the_list_and_the_search(client: TestClient) ->
     create(client, id="kept", seed=question_and_answer("ephemeral too", "ok"))
     assert client.delete("/sessions/gone").status_code == 204
 
-    assert _ids(client, q="ephemeral") == ["kept"]
-    assert _ids(client, order="updated") == ["kept"]
+    assert listed_page(client, q="ephemeral") == ["kept"]
+    assert listed_page(client, order="updated") == ["kept"]
 
 
 def test_a_cursor_serves_the_same_query_spelled_with_its_defaults(client: TestClient) -> None:
@@ -407,7 +393,7 @@ def test_a_cursor_serves_the_same_query_spelled_with_its_defaults(client: TestCl
         ({"q": "word"}, {"q": "word", "order": "updated", "direction": "desc"}, ["s1", "s0"]),
     ):
         cursor = client.get("/sessions", params={**made, "limit": 1}).json()["nextCursor"]
-        assert _ids(client, **used, cursor=cursor) == rest, (made, used)
+        assert listed_page(client, **used, cursor=cursor) == rest, (made, used)
 
 
 def test_filters_and_cursors_holding_u0000_are_answered_not_refused_by_the_store(client: TestClient) -> None:
@@ -418,7 +404,7 @@ def test_filters_and_cursors_holding_u0000_are_answered_not_refused_by_the_store
         {"agentPreset": "co\u0000der", "order": "updated"},
         {"cwd": "\u0000", "q": "w"},
     ):
-        assert _ids(client, **params) == [], params
+        assert listed_page(client, **params) == [], params
     forged = base64.urlsafe_b64encode(json.dumps([1, "a\u0000b"]).encode()).decode().rstrip("=")
     for params in ({"cursor": forged}, {"cursor": forged, "order": "updated"}):
         assert_invalid_request(client.get("/sessions", params=params), "cursor")

@@ -29,8 +29,16 @@ from tests.api.builders import (
     user_message,
 )
 from tests.api.conftest import ClientFactory
-from tests.api.helpers import append, assert_invalid_request, assert_problem, create, events_of
-from tests.api.test_spec12_acceptance import _found, _ids, _later
+from tests.api.helpers import (
+    a_later_millisecond,
+    append,
+    assert_invalid_request,
+    assert_problem,
+    create,
+    events_of,
+    listed_page,
+)
+from tests.api.test_spec12_acceptance import _found
 from tests.events import message_id, question_and_answer
 
 # --- Fork at a turn or a message, with events --------------------------------------------------------------------
@@ -49,7 +57,7 @@ def test_boundary_members_must_have_their_types(client: TestClient) -> None:
         ({"atSeq": 8, "atMessageId": "x"}, "atMessageId"),
     ):
         assert_invalid_request(client.post("/sessions/src/fork", json=body), field)
-    assert _ids(client) == ["src"]
+    assert listed_page(client) == ["src"]
 
 
 def test_at_turn_with_an_integral_float_and_nulls_as_absent(client: TestClient) -> None:
@@ -76,7 +84,7 @@ def test_at_message_id_of_a_user_message_is_an_invalid_boundary_with_a_reason(cl
     refused = client.post("/sessions/src/fork", json={"atMessageId": user_id})
     body = assert_problem(refused, 422, "INVALID_BOUNDARY")
     assert isinstance(body["reason"], str) and body["reason"]
-    assert _ids(client) == ["src"]
+    assert listed_page(client) == ["src"]
 
 
 def test_at_message_id_counts_only_messages_after_it_in_its_turn(client: TestClient) -> None:
@@ -151,7 +159,7 @@ def test_events_that_break_the_rules_make_nothing(client: TestClient) -> None:
         refused = client.post("/sessions/src/fork", json={"sessionId": "kid", "atTurn": 1, "events": events})
         assert_problem(refused, 422, "INVALID_EVENT", index=index)
         assert_problem(client.get("/sessions/kid"), 404, "SESSION_NOT_FOUND")
-    assert _ids(client) == ["src"]
+    assert listed_page(client) == ["src"]
     assert client.post("/sessions/src/fork", json={"sessionId": "kid", "events": [turn_start(3)]}).status_code == 201
 
 
@@ -177,7 +185,7 @@ def test_events_after_a_seed_with_future_times_get_later_times(client: TestClien
     stored = events_of(client, "kid")
     assert stored[-1]["time"] >= stored[-2]["time"] == future + 8
     assert child["updatedAt"] == stored[-1]["time"] > child["createdAt"]
-    assert _ids(client, order="updated") == ["src", "kid", "plain"]  # future + 17, then future + 8, then now
+    assert listed_page(client, order="updated") == ["src", "kid", "plain"]  # future + 17, then future + 8, then now
 
 
 def test_a_fork_with_events_replays_after_a_restart(make_client: ClientFactory) -> None:
@@ -195,7 +203,7 @@ def test_a_fork_with_events_replays_after_a_restart(make_client: ClientFactory) 
     assert replayed.status_code == 201, replayed.text
     assert replayed.headers.get("idempotent-replayed") == "true"
     assert replayed.json()["id"] == made.json()["id"]
-    assert sorted(_ids(again)) == sorted(["src", made.json()["id"]])
+    assert sorted(listed_page(again)) == sorted(["src", made.json()["id"]])
 
 
 class _KilledMidFork(FileOps):
@@ -243,7 +251,7 @@ def test_a_kill_between_the_seed_and_the_events_leaves_no_child(
         after = make_client(create_app(Settings(data_dir=killed, fsync=False)))
         assert_problem(after.get("/sessions/kid"), 404, "SESSION_NOT_FOUND")
         assert after.get("/readyz").json()["corrupt"] == []
-        assert _ids(after) == ["src"]
+        assert listed_page(after) == ["src"]
         assert _found(after, "marker") == []
         again = after.post("/sessions/src/fork", json=body)
         assert again.status_code == 201, again.text
@@ -261,7 +269,7 @@ def test_an_idempotency_key_with_other_events_is_reused(client: TestClient) -> N
         "/sessions/src/fork", json={"atTurn": 1, "events": [turn_start(2), user_message("b")]}, headers=headers
     )
     assert_problem(other, 422, "IDEMPOTENCY_KEY_REUSED")
-    assert len(_ids(client)) == 2
+    assert len(listed_page(client)) == 2
 
 
 def test_a_refused_fork_with_an_idempotency_key_replays_its_refusal_and_makes_nothing(client: TestClient) -> None:
@@ -272,7 +280,7 @@ def test_a_refused_fork_with_an_idempotency_key_replays_its_refusal_and_makes_no
     again = client.post("/sessions/src/fork", json=body, headers=headers)
     assert_problem(first, 422, "INVALID_EVENT", index=0)
     assert_problem(again, 422, "INVALID_EVENT", index=0)
-    assert _ids(client) == ["src"]
+    assert listed_page(client) == ["src"]
 
 
 def test_the_edited_child_is_listed_and_searched_with_its_new_message(client: TestClient) -> None:
@@ -281,11 +289,11 @@ def test_the_edited_child_is_listed_and_searched_with_its_new_message(client: Te
         id="src",
         seed=[*question_and_answer("original wording", "ok"), *question_and_answer("second question", "ok", number=2)],
     )
-    _later()
+    a_later_millisecond()
     edited = [turn_start(2), user_message("edited wording")]
     child = client.post("/sessions/src/fork", json={"sessionId": "kid", "atTurn": 1, "events": edited}).json()
 
-    assert _ids(client, order="updated")[0] == "kid"
+    assert listed_page(client, order="updated")[0] == "kid"
     assert _found(client, "edited") == ["kid"]
     assert _found(client, "original wording") == ["kid", "src"]
     assert child["preview"] == "original wording"

@@ -24,9 +24,9 @@ from tests.api.builders import (
     user_message,
 )
 from tests.api.conftest import ClientFactory
-from tests.api.helpers import append, create, get_session
+from tests.api.helpers import a_later_millisecond, append, create, get_session, listed_page, searched
 from tests.api.test_access import write_keys
-from tests.api.test_spec12_acceptance import _found, _ids, _later, _search, _title
+from tests.api.test_spec12_acceptance import _found, _title
 from tests.events import question_and_answer
 
 # --- Search ------------------------------------------------------------------------------------------------------
@@ -96,7 +96,7 @@ def test_the_match_names_the_first_message_that_holds_the_first_word(client: Tes
             *question_and_answer(f"{filler} the needle sits here {filler}", "the needle again", number=2),
         ],
     )
-    (item,) = _search(client, "needle sits")
+    (item,) = searched(client, "needle sits")
 
     assert item["match"]["seq"] == 7
     snippet = item["match"]["snippet"]
@@ -105,9 +105,9 @@ def test_the_match_names_the_first_message_that_holds_the_first_word(client: Tes
     session = {key: value for key, value in item.items() if key != "match"}
     assert session == get_session(client, "s")
 
-    (by_prefix,) = _search(client, "sits need")
+    (by_prefix,) = searched(client, "sits need")
     assert by_prefix["match"]["seq"] == 7  # the first word, whole: "sits" stands in turn 2's question only
-    (later,) = _search(client, "again")
+    (later,) = searched(client, "again")
     assert later["match"]["seq"] == 9
 
 
@@ -171,14 +171,14 @@ def _sidebar(client: TestClient) -> dict[str, Any]:
     return {
         "updated": client.get("/sessions", params={"order": "updated"}).json()["items"],
         "created": client.get("/sessions", params={"direction": "desc"}).json()["items"],
-        "search": _search(client, "kept words"),
+        "search": searched(client, "kept words"),
     }
 
 
 def _filled(client: TestClient) -> None:
     create(client, id="a", meta={"cwd": "/w"}, seed=[_title("First"), *question_and_answer("kept words here", "ok")])
     create(client, id="b", seed=question_and_answer("kept words too", "fine"))
-    _later()
+    a_later_millisecond()
     append(client, "a", [_title("Renamed ü"), *question_and_answer("more kept wordsmith", "ok", number=2)])
     assert (
         client.post("/sessions/a/fork", json={"sessionId": "c", "atTurn": 1, "events": [turn_start(2)]}).status_code
@@ -220,15 +220,15 @@ def test_a_replica_lists_and_finds_what_another_acknowledged(make_client: Client
     one, other = make_client(), make_client()
     create(one, id="old", seed=question_and_answer("nothing", "ok"))
     create(one, id="s", seed=question_and_answer("plain", "ok"))
-    _later()
+    a_later_millisecond()
     append(one, "s", [_title("Blimp voyage"), *question_and_answer("dirigible talk", "ok", number=2)])
     time.sleep(1.1)
 
     assert _found(other, "blimp dirig") == ["s"]
-    assert _ids(other, order="updated") == ["s", "old"]
+    assert listed_page(other, order="updated") == ["s", "old"]
     assert get_session(other, "s")["title"] == "Blimp voyage"
     edited = other.post("/sessions/s/fork", json={"sessionId": "kid", "atTurn": 1, "events": [turn_start(2)]})
     assert edited.status_code == 201, edited.text
     time.sleep(1.1)
-    assert _ids(one, order="updated")[0] == "kid"
+    assert listed_page(one, order="updated")[0] == "kid"
     assert _found(one, "blimp") == ["s"]

@@ -112,7 +112,7 @@ class FileBackend(CatalogReads):
         self.catalog = Catalog(clock)
         self.remembered = IdempotencyJournal(self.datadir.root / "index", self.ops, sync=sync)
         self._cuts = CutRecords(self.ops, sync=sync)
-        self._writer = AppendWriter(self.ops, self._cuts, sync=sync)
+        self._writer = AppendWriter(self.ops, self._cuts, sync=sync, folder=self.datadir.root)
         # The paths an append names, made once for the sessions in use (two Path objects an append otherwise).
         self._append_paths = functools.lru_cache(maxsize=OPEN_FILES)(self._paths_of)
         self._corrupt: list[CorruptEntry] = []
@@ -231,7 +231,7 @@ class FileBackend(CatalogReads):
             if self._checkpointer is not None:
                 await self._checkpointer.close(flush=checkpoint)
         finally:
-            self._writer.close()
+            await self._writer.close()
             self.journal.close()
             self.datadir.unlock()
 

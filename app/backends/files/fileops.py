@@ -165,6 +165,13 @@ class FileOps:
     def has_syncfs(self) -> bool:
         return _SYNCFS is not None
 
+    @property
+    def syncs_natively(self) -> bool:
+        """Whether :meth:`syncfs` and :meth:`fdatasync` are the system's own calls, so that another process may
+        make them in their stead (app.backends.files.sync_process); a subclass that overrides one is called."""
+        cls = type(self)
+        return self.has_syncfs and cls.syncfs is FileOps.syncfs and cls.fdatasync is FileOps.fdatasync
+
     # -- names -----------------------------------------------------------------------------------------------------
 
     def lstat(self, path: StrPath) -> os.stat_result:

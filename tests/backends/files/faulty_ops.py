@@ -24,6 +24,10 @@ class FaultyFileOps(FileOps):
             return faults[name]
         return object.__getattribute__(self, name)
 
+    @property
+    def syncs_natively(self) -> bool:
+        return False  # a fault may reach a sync call at any time: every sync goes through this object
+
     def fault(self, name: str, replacement: Callable[..., Any]) -> None:
         if not callable(getattr(FileOps, name, None)):
             raise AttributeError(f"FileOps has no method {name!r}")

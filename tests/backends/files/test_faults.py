@@ -136,15 +136,13 @@ def test_a_retry_in_the_same_life_gets_the_seqs_the_failed_batch_would_have_had(
 
 def test_a_failed_append_in_a_batch_fails_alone(data_dir: Path, open_store: OpenStore, fake_os: FaultyFileOps) -> None:
     release = threading.Event()
-    rounds: list[list[str]] = []  # the files written in each writer round, seen through the OS seam
+    rounds: list[list[str]] = []  # the files written before each sync round, seen through the OS seam
     written: list[str] = []
 
     def write(fd: int, data: Any) -> int:
         path = fd_path(fd)
         if path.endswith(".jsonl") and "/sessions/" in path:
             written.append(Path(path).stem)
-        if path.endswith("/stall.jsonl"):
-            release.wait(5)  # hold the writer so the next appends queue up into one round
         if path.endswith("/fails.jsonl"):
             raise disk_error(errno.ENOSPC)
         return os.write(fd, data)
@@ -154,6 +152,8 @@ def test_a_failed_append_in_a_batch_fails_alone(data_dir: Path, open_store: Open
             if written:
                 rounds.append(list(written))
                 written.clear()
+            if fd_path(fd).endswith("/stall.jsonl"):
+                release.wait(5)  # hold the round under way (in its thread) so that the next appends share one
             real(fd)
 
         return sync
@@ -172,6 +172,7 @@ def test_a_failed_append_in_a_batch_fails_alone(data_dir: Path, open_store: Open
             store.append("fails", b.full_turn(2)), store.append("works", b.full_turn(2)), return_exceptions=True
         )
         await asyncio.sleep(0.05)
+        assert not release.is_set() and not stall.done()
         release.set()
         failed, worked = await both
         await stall

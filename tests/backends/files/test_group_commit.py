@@ -152,15 +152,12 @@ def test_a_failed_sync_of_a_group_fails_every_append_of_it_and_leaves_the_files_
 ) -> None:
     release = threading.Event()
 
-    def write(fd: int, data: Any) -> int:
-        if os.readlink(f"/proc/self/fd/{fd}").endswith("/stall.jsonl"):
-            release.wait(5)  # hold the writer so that the next appends queue up into one round
-        return os.write(fd, data)
-
     def failing_sync(fd: int) -> None:
-        if not os.readlink(f"/proc/self/fd/{fd}").endswith("/stall.jsonl"):
-            raise OSError(errno.EIO, "I/O error")
-        os.fdatasync(fd)
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("/stall.jsonl"):
+            release.wait(5)  # hold the round under way (in its thread) so that the next appends share one
+            os.fdatasync(fd)
+            return
+        raise OSError(errno.EIO, "I/O error")
 
     async def run() -> None:
         store = await open_store(data_dir)
@@ -168,19 +165,19 @@ def test_a_failed_sync_of_a_group_fails_every_append_of_it_and_leaves_the_files_
         for session_id in ["stall", *ids]:
             await store.create(session_id, b.turns(1, 1), None)
         before = {session_id: session_file(data_dir, session_id).read_bytes() for session_id in ids}
-        fake_os.fault("write", write)
-        stall = asyncio.ensure_future(store.append("stall", b.full_turn(2)))
-        await asyncio.sleep(0.05)
         fake_os.fault("fdatasync", failing_sync)
         fake_os.fault("syncfs", failing_sync)
+        stall = asyncio.ensure_future(store.append("stall", b.full_turn(2)))
+        await asyncio.sleep(0.05)
         group = asyncio.gather(
             *(store.append(session_id, b.full_turn(2)) for session_id in ids), return_exceptions=True
         )
         await asyncio.sleep(0.05)
+        assert not release.is_set() and not stall.done()
         release.set()
         answers = await group
         await stall
-        for name in ("write", "fdatasync", "syncfs"):
+        for name in ("fdatasync", "syncfs"):
             fake_os.heal(name)
         assert all(isinstance(answer, StorageUnavailable) for answer in answers), answers
         assert {session_id: session_file(data_dir, session_id).read_bytes() for session_id in ids} == before

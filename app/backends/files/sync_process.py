@@ -1,0 +1,133 @@
+"""The rounds of appends are synced by a small process of their own, so that nothing in this one waits on the GIL to
+finish a round.
+
+A thread that syncs needs the GIL back after each system call, to answer and to start the next round; while the
+event loop is busy it gets it only after the interpreter's switch interval (5 ms), so in practice once every client
+waits on the round, and the loop and the disk take turns. The process (:mod:`app.backends.files.syncfs_child`)
+calls ``syncfs`` on the data directory's file system when asked through a pipe and answers through another, which
+the event loop watches like a socket: a round is synced while the loop serves the next requests.
+
+``syncfs`` commits every write made before it began, by any process, on that file system, and (Linux 5.8 and
+later) reports a write error of any of its files: an error fails the whole round. A round with a file on another
+file system (a mount inside the data directory), or a process that cannot be started, is synced by a
+:class:`~app.backends.files.syncers.ThreadSyncer` instead. A process that ends fails the round it had (its appends
+are cut back, nothing is acknowledged) and is started again for the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import subprocess
+import sys
+from collections import deque
+from pathlib import Path
+
+from app.backends.files import syncfs_child
+from app.backends.files.syncers import SyncDone, SyncTarget, ThreadSyncer
+
+__all__ = ["ProcessSyncer"]
+
+logger = logging.getLogger("forklog.storage")
+
+ANSWER_BYTES = syncfs_child.ANSWER_BYTES
+
+
+class ProcessSyncer:
+    def __init__(self, folder: Path, *, fallback: ThreadSyncer, argv: list[str] | None = None) -> None:
+        self._folder = folder
+        self.device = os.stat(folder).st_dev
+        self._fallback = fallback
+        # The child's command; a test names another program that speaks the same protocol.
+        self._argv = argv or [sys.executable, "-I", "-S", syncfs_child.__file__, str(folder)]
+        self._process: subprocess.Popen[bytes] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: deque[SyncDone] = deque()  # the rounds asked for, in order
+        self._answers = b""
+
+    def start(self, files: list[SyncTarget], done: SyncDone) -> None:
+        if any(target.device != self.device for target in files):
+            self._fallback.start(files, done)
+            return
+        try:
+            request_fd = self._running()
+            os.write(request_fd, b"s")
+        except OSError as exc:
+            logger.warning("the sync process could not be reached (%s); this round is synced in a thread", exc)
+            self._stop()
+            self._fallback.start(files, done)
+            return
+        self._waiting.append(done)
+
+    def close(self) -> None:
+        self._stop()
+        self._fallback.close()
+
+    def _running(self) -> int:
+        """The descriptor requests go to, the process started first if it is not running in this event loop."""
+        loop = asyncio.get_running_loop()
+        if self._process is not None and self._loop is not loop:
+            self._stop()  # started under another event loop (a store used by several asyncio.run): start anew
+        if self._process is None:
+            process = subprocess.Popen(
+                self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, start_new_session=True
+            )
+            assert process.stdin is not None and process.stdout is not None
+            os.set_blocking(process.stdout.fileno(), False)
+            loop.add_reader(process.stdout.fileno(), self._readable)
+            self._process, self._loop = process, loop
+        assert self._process.stdin is not None
+        return self._process.stdin.fileno()
+
+    def _readable(self) -> None:
+        process = self._process
+        if process is None or process.stdout is None:
+            return
+        try:
+            data = os.read(process.stdout.fileno(), 4096)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            data, ended = b"", exc
+        else:
+            ended = OSError(errno.EIO, "the sync process ended")
+        if not data:
+            logger.error("the sync process ended (%s); its round fails, the next starts it again", ended)
+            self._stop(ended)
+            return
+        self._answers += data
+        while len(self._answers) >= ANSWER_BYTES and self._waiting:
+            code = int.from_bytes(self._answers[:ANSWER_BYTES], "little")
+            self._answers = self._answers[ANSWER_BYTES:]
+            done = self._waiting.popleft()
+            done(OSError(code, f"syncfs: {os.strerror(code)}") if code else None, {})
+
+    def _stop(self, error: OSError | None = None) -> None:
+        """End the process (closing its stdin ends it); the rounds it had fail with ``error``."""
+        process, loop = self._process, self._loop
+        self._process = self._loop = None
+        self._answers = b""
+        if process is not None:
+            assert process.stdin is not None and process.stdout is not None
+            if loop is not None and not loop.is_closed() and _running_loop() is loop:
+                loop.remove_reader(process.stdout.fileno())
+            process.stdin.close()
+            process.stdout.close()
+            try:
+                process.wait(timeout=10)  # it ends once its stdin is closed, after the syncfs it may be in
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        waiting, self._waiting = self._waiting, deque()
+        failure = error or OSError(errno.EIO, "the sync process was stopped before it answered")
+        for done in waiting:
+            done(failure, {})
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

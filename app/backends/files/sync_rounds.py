@@ -1,0 +1,98 @@
+"""Group commit: the appends written while a sync runs wait together for the next one.
+
+One round runs at a time. An append written while none runs starts one at the end of the event loop's current step
+(so that the appends of that step share it); one written while a round runs joins the next round, which starts as
+soon as the running one is answered. Each append waits on a future of its own: a request cancelled meanwhile
+cancels its own wait, never the round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app.backends.files.syncers import Syncer, SyncTarget
+
+__all__ = ["SyncRounds"]
+
+
+@dataclass(slots=True)
+class _Round:
+    files: list[SyncTarget] = field(default_factory=list)
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    events: list[int] = field(default_factory=list)
+    started: float = 0.0
+
+
+class SyncRounds:
+    def __init__(self, syncer: Syncer, *, synced: Callable[[int, float], None]) -> None:
+        self._syncer = syncer
+        self._synced = synced  # told of each round's durable events and its time
+        self._running: _Round | None = None
+        self._next: _Round | None = None
+        self._idle: asyncio.Event | None = None
+
+    async def durable(self, target: SyncTarget, events: int) -> None:
+        """Wait until what was written to ``target`` so far is durable; the OSError of its sync if it failed."""
+        loop = asyncio.get_running_loop()
+        joining = self._next
+        if joining is None:
+            joining = self._next = _Round()
+            if self._running is None:
+                loop.call_soon(self._start_next)
+        waiter: asyncio.Future[None] = loop.create_future()
+        joining.files.append(target)
+        joining.waiters.append(waiter)
+        joining.events.append(events)
+        await waiter
+
+    def busy_with(self, fd: int) -> bool:
+        """Whether ``fd`` is in a round not answered yet (it must stay open until then)."""
+        return any(
+            target.fd == fd for round_ in (self._running, self._next) if round_ is not None for target in round_.files
+        )
+
+    async def idle(self) -> None:
+        """Wait until no round runs or waits (at close)."""
+        while self._running is not None or self._next is not None:
+            self._idle = self._idle or asyncio.Event()
+            await self._idle.wait()
+
+    def close(self) -> None:
+        self._syncer.close()
+
+    def _start_next(self) -> None:
+        if self._running is not None or self._next is None:
+            return
+        round_, self._next = self._next, None
+        self._running = round_
+        round_.started = time.perf_counter()
+        try:
+            self._syncer.start(round_.files, lambda error, by_fd: self._answer(round_, error, by_fd))
+        except Exception as exc:  # the syncer could not even start: the round fails, the writer goes on
+            self._answer(round_, exc if isinstance(exc, OSError) else OSError(f"the sync failed: {exc!r}"), {})
+
+    def _answer(self, round_: _Round, error: OSError | None, by_fd: dict[int, OSError]) -> None:
+        if self._running is not round_:
+            return
+        self._running = None
+        durable = 0
+        for target, waiter, events in zip(round_.files, round_.waiters, round_.events, strict=True):
+            failure = error or by_fd.get(target.fd)
+            if failure is None:
+                durable += events
+            if waiter.done():
+                continue
+            if failure is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(failure)
+        if durable:
+            self._synced(durable, time.perf_counter() - round_.started)
+        if self._next is not None:
+            self._start_next()
+        elif self._idle is not None:
+            self._idle.set()
+            self._idle = None

@@ -1,0 +1,246 @@
+"""Appends share sync rounds; the rounds are synced by a process of their own where the system allows, and a round
+that process fails (or does not answer, having ended) fails its appends and leaves their files as they were."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.backends.files.cuts import CutRecords
+from app.backends.files.fileops import FileOps
+from app.backends.files.sync_process import ProcessSyncer
+from app.backends.files.syncers import SyncDone, SyncTarget, ThreadSyncer
+from app.backends.files.writer import AppendWriter
+from tests.backends.files import builders as b
+from tests.backends.files.conftest import FileStore, session_file
+
+needs_syncfs = pytest.mark.skipif(not FileOps().has_syncfs, reason="syncfs reports write errors on Linux 5.8+ only")
+
+
+class CountingSyncer:
+    """A :class:`ThreadSyncer` that notes how many files each round it was given had."""
+
+    def __init__(self) -> None:
+        self.inner = ThreadSyncer(FileOps())
+        self.rounds: list[int] = []
+
+    def start(self, files: list[SyncTarget], done: SyncDone) -> None:
+        self.rounds.append(len(files))
+        self.inner.start(files, done)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def session_files(folder: Path, count: int) -> list[Path]:
+    paths = [folder / f"s{number}.jsonl" for number in range(count)]
+    for path in paths:  # a session's file exists before anything is appended to it
+        path.touch()
+    return paths
+
+
+def test_the_appends_of_one_loop_step_share_one_sync(tmp_path: Path) -> None:
+    syncer = CountingSyncer()
+    ops = FileOps()
+    writer = AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer)
+    paths = session_files(tmp_path, 8)
+
+    async def run() -> None:
+        await asyncio.gather(
+            *(writer.append(path, b'{"n":1}\n', instance="i", cut_record=tmp_path / "cut") for path in paths)
+        )
+        await writer.close()
+
+    asyncio.run(run())
+    assert syncer.rounds == [len(paths)]
+    assert [path.read_bytes() for path in paths] == [b'{"n":1}\n'] * len(paths)
+
+
+def test_appends_written_while_a_round_runs_share_the_next(tmp_path: Path) -> None:
+    syncer = CountingSyncer()
+    ops = FileOps()
+    writer = AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer)
+    first, *others = session_files(tmp_path, 6)
+
+    async def run() -> None:
+        running = asyncio.ensure_future(writer.append(first, b"a\n", instance="i", cut_record=tmp_path / "cut"))
+        while not syncer.rounds:  # until its round has started
+            await asyncio.sleep(0)
+        assert syncer.rounds == [1]
+        await asyncio.gather(
+            running, *(writer.append(path, b"b\n", instance="i", cut_record=tmp_path / "cut") for path in others)
+        )
+        await writer.close()
+
+    asyncio.run(run())
+    assert syncer.rounds == [1, len(others)]
+
+
+def test_an_append_under_way_as_the_writer_closes_is_written_and_synced(tmp_path: Path) -> None:
+    syncer = CountingSyncer()
+    ops = FileOps()
+    writer = AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer)
+    (path,) = session_files(tmp_path, 1)
+
+    async def run() -> None:
+        appended = asyncio.ensure_future(writer.append(path, b"line\n", instance="i", cut_record=tmp_path / "cut"))
+        await asyncio.sleep(0)  # written, its sync not answered yet
+        await writer.close()
+        assert appended.done()
+        await appended
+
+    asyncio.run(run())
+    assert path.read_bytes() == b"line\n"
+    assert syncer.rounds == [1]
+
+
+# -- the sync process ------------------------------------------------------------------------------------------------
+
+# A stand-in for the sync process (app/backends/files/syncfs_child.py), speaking its protocol: it answers EIO, or ends
+# at its first request, or (``once``) ends at the first request of its first life and syncs in the next.
+FAKE_CHILD = """
+import os, sys
+mode, marker = sys.argv[1], sys.argv[2]
+while True:
+    request = os.read(0, 4096)
+    if not request:
+        sys.exit(0)
+    if mode == "eio":
+        os.write(1, (5).to_bytes(4, "little") * len(request))
+    elif mode == "once" and not os.path.exists(marker):
+        open(marker, "w").close()
+        sys.exit(1)
+    else:
+        os.sync()
+        os.write(1, (0).to_bytes(4, "little") * len(request))
+"""
+
+
+def fake_child(tmp_path: Path, mode: str) -> list[str]:
+    program = tmp_path / "fake_child.py"
+    program.write_text(FAKE_CHILD)
+    return [sys.executable, "-I", str(program), mode, str(tmp_path / "ended-once")]
+
+
+def writer_with(tmp_path: Path, argv: list[str] | None) -> tuple[AppendWriter, ProcessSyncer]:
+    ops = FileOps()
+    syncer = ProcessSyncer(tmp_path, fallback=ThreadSyncer(ops), argv=argv)
+    return AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer), syncer
+
+
+def children_running(program: str) -> int:
+    """How many processes of this one's children run ``program``."""
+    count = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:"))
+        if int(parent) == os.getpid() and program.encode() in command:
+            count += 1
+    return count
+
+
+@needs_syncfs
+def test_the_rounds_are_synced_by_a_process_that_ends_with_the_writer(tmp_path: Path) -> None:
+    writer, _ = writer_with(tmp_path, None)
+    paths = session_files(tmp_path, 4)
+
+    async def run() -> None:
+        for line in (b"a\n", b"b\n"):
+            await asyncio.gather(
+                *(writer.append(path, line, instance="i", cut_record=tmp_path / "cut") for path in paths)
+            )
+        assert children_running("syncfs_child.py") == 1
+        await writer.close()
+        assert children_running("syncfs_child.py") == 0
+
+    asyncio.run(run())
+    assert [path.read_bytes() for path in paths] == [b"a\nb\n"] * len(paths)
+
+
+@needs_syncfs
+def test_a_round_the_process_fails_fails_its_appends_and_cuts_their_files_back(tmp_path: Path) -> None:
+    writer, _ = writer_with(tmp_path, fake_child(tmp_path, "eio"))
+    paths = session_files(tmp_path, 3)
+    for path in paths:
+        path.write_bytes(b"kept\n")
+
+    async def run() -> list[BaseException | None]:
+        answers = await asyncio.gather(
+            *(writer.append(path, b"refused\n", instance="i", cut_record=tmp_path / "cut") for path in paths),
+            return_exceptions=True,
+        )
+        await writer.close()
+        return answers
+
+    answers = asyncio.run(run())
+    assert all(isinstance(answer, OSError) and answer.errno == errno.EIO for answer in answers), answers
+    assert [path.read_bytes() for path in paths] == [b"kept\n"] * len(paths)
+
+
+@needs_syncfs
+def test_a_process_that_ends_fails_its_round_and_the_next_round_starts_another(tmp_path: Path) -> None:
+    writer, _ = writer_with(tmp_path, fake_child(tmp_path, "once"))
+    (path,) = session_files(tmp_path, 1)
+
+    async def run() -> None:
+        with pytest.raises(OSError) as failed:
+            await writer.append(path, b"lost\n", instance="i", cut_record=tmp_path / "cut")
+        assert failed.value.errno == errno.EIO
+        assert path.read_bytes() == b""
+        await writer.append(path, b"kept\n", instance="i", cut_record=tmp_path / "cut")
+        await writer.close()
+
+    asyncio.run(run())
+    assert path.read_bytes() == b"kept\n"
+
+
+@needs_syncfs
+def test_a_file_on_another_file_system_is_synced_in_a_thread(tmp_path: Path) -> None:
+    fallback = CountingSyncer()
+    syncer = ProcessSyncer(tmp_path, fallback=fallback.inner, argv=fake_child(tmp_path, "eio"))
+    syncer._fallback = fallback  # type: ignore[assignment]
+    (path,) = session_files(tmp_path, 1)
+
+    async def run() -> tuple[OSError | None, dict[int, OSError]]:
+        answered: asyncio.Future[tuple[OSError | None, dict[int, OSError]]] = asyncio.get_running_loop().create_future()
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            syncer.start([SyncTarget(fd, syncer.device + 1)], lambda error, by_fd: answered.set_result((error, by_fd)))
+            return await answered
+        finally:
+            os.close(fd)
+            syncer.close()
+
+    assert asyncio.run(run()) == (None, {})  # the thread synced it (the process would have answered EIO)
+    assert fallback.rounds == [1]
+
+
+def test_a_store_syncs_through_the_process_unless_its_os_seam_makes_the_sync_calls(data_dir: Path) -> None:
+    class OwnSync(FileOps):
+        def fdatasync(self, fd: int) -> None:
+            os.fdatasync(fd)
+
+    assert OwnSync().syncs_natively is False
+    assert FileOps().syncs_natively is FileOps().has_syncfs
+
+    async def run() -> None:
+        store = await FileStore(data_dir, FileOps()).open()
+        await store.create("s", b.turns(1, 1), None)
+        await store.append("s", b.full_turn(2))
+        assert children_running("syncfs_child.py") == (1 if FileOps().has_syncfs else 0)
+        lines = session_file(data_dir, "s").read_bytes()
+        await store.close()
+        assert session_file(data_dir, "s").read_bytes() == lines
+
+    asyncio.run(run())

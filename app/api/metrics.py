@@ -129,7 +129,7 @@ class Metrics(SessionObserver):
     # -- the storage -----------------------------------------------------------------------------------------------
 
     def synced(self, events: int, seconds: float) -> None:
-        """One append round or commit (from the file backend's writer thread, its only writer then)."""
+        """One append round or commit (the file backend tells it from the event loop)."""
         self.batch_events.observe(events)
         self.sync_seconds.observe(seconds)
 

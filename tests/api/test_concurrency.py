@@ -131,6 +131,9 @@ def test_forks_racing_a_turn_in_progress_never_cut_it(make_app: AppFactory) -> N
                     for part in (open_turn(number), close_turn(number)):
                         response = await client.post("/sessions/src/events", json={"events": part})
                         assert response.status_code == 201, response.text
+                    # A moment at the boundary: the forks' requests and the writer's may fall in step, each fork
+                    # reading the source while a turn is open, and the test must see forks at a boundary too.
+                    await asyncio.sleep(0.005)
                 done.set()
 
             async def forker() -> tuple[list[Json], list[Json]]:

@@ -146,6 +146,7 @@ class FileBackend(CatalogReads):
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
     async def open(self) -> None:
+        self._writer.prepare()  # the sync process starts while the files are read, not at the first append
         recovery = Recovery(
             self.datadir,
             self.ops,

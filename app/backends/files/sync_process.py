@@ -4,8 +4,9 @@ finish a round.
 A thread that syncs needs the GIL back after each system call, to answer and to start the next round; while the
 event loop is busy it gets it only after the interpreter's switch interval (5 ms), so in practice once every client
 waits on the round, and the loop and the disk take turns. The process (:mod:`app.backends.files.syncfs_child`)
-calls ``syncfs`` on the data directory's file system when asked through a pipe and answers through another, which
-the event loop watches like a socket: a round is synced while the loop serves the next requests.
+syncs a round when asked through a pipe (``fdatasync`` of its one file, or ``syncfs`` of the data directory's file
+system for several) and answers through another, which the event loop watches like a socket: a round is synced
+while the loop serves the next requests.
 
 ``syncfs`` commits every write made before it began, by any process, on that file system, and (Linux 5.8 and
 later) reports a write error of any of its files: an error fails the whole round. A round with a file on another
@@ -53,13 +54,19 @@ class ProcessSyncer:
             return
         try:
             request_fd = self._running()
-            os.write(request_fd, b"s")
+            os.write(request_fd, _request(files))
         except OSError as exc:
             logger.warning("the sync process could not be reached (%s); this round is synced in a thread", exc)
             self._stop()
             self._fallback.start(files, done)
             return
         self._waiting.append(done)
+
+    def prepare(self) -> None:
+        try:
+            self._running()
+        except OSError as exc:  # the first round tries again, or falls back on the thread
+            logger.warning("the sync process could not be started (%s)", exc)
 
     def close(self) -> None:
         self._stop()
@@ -124,6 +131,12 @@ class ProcessSyncer:
         failure = error or OSError(errno.EIO, "the sync process was stopped before it answered")
         for done in waiting:
             done(failure, {})
+
+
+def _request(files: list[SyncTarget]) -> bytes:
+    """A round of one file asks for its ``fdatasync``, of several for one ``syncfs`` (see syncfs_child)."""
+    path = os.fsencode(files[0].path) if len(files) == 1 else b""
+    return len(path).to_bytes(syncfs_child.LENGTH_BYTES, "little") + path
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

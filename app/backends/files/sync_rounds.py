@@ -60,6 +60,9 @@ class SyncRounds:
             self._idle = self._idle or asyncio.Event()
             await self._idle.wait()
 
+    def prepare(self) -> None:
+        self._syncer.prepare()
+
     def close(self) -> None:
         self._syncer.close()
 

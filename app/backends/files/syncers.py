@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from app.backends.files.fileops import FileOps
@@ -24,10 +25,11 @@ SYNCS_IN_PARALLEL = 16
 
 @dataclass(frozen=True, slots=True)
 class SyncTarget:
-    """A file of a round: its descriptor (open until the round is answered) and the device it is on."""
+    """A file of a round: its descriptor (open until the round is answered), the device it is on, its path."""
 
     fd: int
     device: int
+    path: Path
 
 
 # A round's answer: an error for the whole round, or the errors of some of its files by descriptor (both empty: done).
@@ -37,6 +39,9 @@ SyncDone = Callable[[OSError | None, dict[int, OSError]], None]
 class Syncer(Protocol):
     def start(self, files: list[SyncTarget], done: SyncDone) -> None:
         """Make ``files`` durable, then call ``done`` in the running event loop (one round at a time)."""
+
+    def prepare(self) -> None:
+        """Get ready for a first round soon, in the running event loop."""
 
     def close(self) -> None:
         """Let go of what it holds; no round is running."""
@@ -59,6 +64,9 @@ class ThreadSyncer:
             loop.call_soon_threadsafe(done, error, by_fd)
 
         self._rounds.submit(self._sync, fds).add_done_callback(answer)
+
+    def prepare(self) -> None:
+        return None
 
     def close(self) -> None:
         self._rounds.shutdown(wait=True)

@@ -118,6 +118,12 @@ class AppendWriter:
         finally:
             self._trim_open()
 
+    def prepare(self) -> None:
+        """Start what the rounds need (the sync process) now, in the running event loop, rather than at the first
+        append, which would wait for it."""
+        if self._rounds is not None:
+            self._rounds.prepare()
+
     def forget(self, path: Path) -> None:
         """The file at ``path`` is about to be, or was, removed or made anew: nothing is left to cut from it, and
         the next append to it opens it again. Called before anything may append to the new file."""
@@ -157,7 +163,7 @@ class AppendWriter:
         except OSError:
             self._ops.close(fd)
             raise
-        opened = _OpenFile(SyncTarget(fd, status.st_dev), status.st_size)
+        opened = _OpenFile(SyncTarget(fd, status.st_dev, path), status.st_size)
         with self._lock:
             self._open[path] = opened
         return opened

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from app.backends.files import syncfs_child
 from app.backends.files.cuts import CutRecords
 from app.backends.files.fileops import FileOps
 from app.backends.files.sync_process import ProcessSyncer
@@ -32,6 +34,9 @@ class CountingSyncer:
     def start(self, files: list[SyncTarget], done: SyncDone) -> None:
         self.rounds.append(len(files))
         self.inner.start(files, done)
+
+    def prepare(self) -> None:
+        self.inner.prepare()
 
     def close(self) -> None:
         self.inner.close()
@@ -106,18 +111,22 @@ def test_an_append_under_way_as_the_writer_closes_is_written_and_synced(tmp_path
 FAKE_CHILD = """
 import os, sys
 mode, marker = sys.argv[1], sys.argv[2]
+pending = b""
 while True:
-    request = os.read(0, 4096)
-    if not request:
+    received = os.read(0, 4096)
+    if not received:
         sys.exit(0)
-    if mode == "eio":
-        os.write(1, (5).to_bytes(4, "little") * len(request))
-    elif mode == "once" and not os.path.exists(marker):
-        open(marker, "w").close()
-        sys.exit(1)
-    else:
-        os.sync()
-        os.write(1, (0).to_bytes(4, "little") * len(request))
+    pending += received
+    while len(pending) >= 4 and len(pending) >= 4 + int.from_bytes(pending[:4], "little"):
+        pending = pending[4 + int.from_bytes(pending[:4], "little"):]
+        if mode == "eio":
+            os.write(1, (5).to_bytes(4, "little"))
+        elif mode == "once" and not os.path.exists(marker):
+            open(marker, "w").close()
+            sys.exit(1)
+        else:
+            os.sync()
+            os.write(1, (0).to_bytes(4, "little"))
 """
 
 
@@ -216,7 +225,9 @@ def test_a_file_on_another_file_system_is_synced_in_a_thread(tmp_path: Path) -> 
         answered: asyncio.Future[tuple[OSError | None, dict[int, OSError]]] = asyncio.get_running_loop().create_future()
         fd = os.open(path, os.O_WRONLY)
         try:
-            syncer.start([SyncTarget(fd, syncer.device + 1)], lambda error, by_fd: answered.set_result((error, by_fd)))
+            syncer.start(
+                [SyncTarget(fd, syncer.device + 1, path)], lambda error, by_fd: answered.set_result((error, by_fd))
+            )
             return await answered
         finally:
             os.close(fd)
@@ -244,3 +255,29 @@ def test_a_store_syncs_through_the_process_unless_its_os_seam_makes_the_sync_cal
         assert session_file(data_dir, "s").read_bytes() == lines
 
     asyncio.run(run())
+
+
+@needs_syncfs
+def test_the_sync_process_syncs_the_one_file_of_a_round_or_the_whole_file_system(tmp_path: Path) -> None:
+    (path,) = session_files(tmp_path, 1)
+    child = subprocess.Popen(
+        [sys.executable, "-I", "-S", syncfs_child.__file__, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert child.stdin is not None and child.stdout is not None
+
+    def ask(request: bytes) -> int:
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write(len(request).to_bytes(4, "little") + request)
+        child.stdin.flush()
+        return int.from_bytes(child.stdout.read(4), "little")
+
+    try:
+        assert ask(os.fsencode(path)) == 0  # fdatasync of that file
+        assert ask(os.fsencode(tmp_path / "gone.jsonl")) == errno.ENOENT  # proof that it is that file's sync
+        assert ask(b"") == 0  # syncfs of the file system
+    finally:
+        child.stdin.close()
+        assert child.wait(timeout=10) == 0  # it ends once its stdin closes
+        child.stdout.close()

@@ -8,8 +8,8 @@ only when asked for (``FORKLOG_METRICS_TENANT_LABEL``).
 
 Why not prometheus-client's own metric objects on the hot path: each of their updates takes a lock and checks the
 metric, several microseconds an append once there are a dozen of them, against spec 13's 3%. Here an answer adds to
-plain numbers (each is written by one thread only: the event loop, or the file backend's writer thread for the
-storage's); a scrape turns them into prometheus-client's metric families (a custom collector) and its exposition.
+plain numbers (each is written by one thread only: the event loop, the storage's sync rounds included); a scrape
+turns them into prometheus-client's metric families (a custom collector) and its exposition.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ are cut back, nothing is acknowledged) and is started again for the next.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -34,6 +35,9 @@ __all__ = ["ProcessSyncer"]
 logger = logging.getLogger("forklog.storage")
 
 ANSWER_BYTES = syncfs_child.ANSWER_BYTES
+# A process that ends this many times in a row without answering a round cannot serve here (say, no Python at
+# sys.executable): the rounds go to the thread from then on.
+ENDS_BEFORE_GIVING_UP = 3
 
 
 class ProcessSyncer:
@@ -47,16 +51,20 @@ class ProcessSyncer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiting: deque[SyncDone] = deque()  # the rounds asked for, in order
         self._answers = b""
+        self._ends_in_a_row = 0
 
     def start(self, files: list[SyncTarget], done: SyncDone) -> None:
-        if any(target.device != self.device for target in files):
+        if self._ends_in_a_row >= ENDS_BEFORE_GIVING_UP or any(target.device != self.device for target in files):
             self._fallback.start(files, done)
             return
         try:
             request_fd = self._running()
-            os.write(request_fd, _request(files))
+            request = memoryview(_request(files))
+            while request:
+                request = request[os.write(request_fd, request) :]
         except OSError as exc:
             logger.warning("the sync process could not be reached (%s); this round is synced in a thread", exc)
+            self._ends_in_a_row += 1
             self._stop()
             self._fallback.start(files, done)
             return
@@ -101,9 +109,18 @@ class ProcessSyncer:
         else:
             ended = OSError(errno.EIO, "the sync process ended")
         if not data:
-            logger.error("the sync process ended (%s); its round fails, the next starts it again", ended)
+            self._ends_in_a_row += 1
+            if self._ends_in_a_row >= ENDS_BEFORE_GIVING_UP:
+                logger.error(
+                    "the sync process ended (%s), %d times in a row: rounds are synced in a thread from now on",
+                    ended,
+                    self._ends_in_a_row,
+                )
+            else:
+                logger.error("the sync process ended (%s); its round fails, the next starts it again", ended)
             self._stop(ended)
             return
+        self._ends_in_a_row = 0
         self._answers += data
         while len(self._answers) >= ANSWER_BYTES and self._waiting:
             code = int.from_bytes(self._answers[:ANSWER_BYTES], "little")
@@ -123,10 +140,11 @@ class ProcessSyncer:
             process.stdin.close()
             process.stdout.close()
             try:
-                process.wait(timeout=10)  # it ends once its stdin is closed, after the syncfs it may be in
+                process.wait(timeout=10)  # it ends once its stdin is closed, after the sync it may be in
             except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+                process.kill()  # stuck in a sync: a process in the kernel ends when its call returns
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=1)
         waiting, self._waiting = self._waiting, deque()
         failure = error or OSError(errno.EIO, "the sync process was stopped before it answered")
         for done in waiting:

@@ -4,6 +4,11 @@ One round runs at a time. An append written while none runs starts one at the en
 (so that the appends of that step share it); one written while a round runs joins the next round, which starts as
 soon as the running one is answered. Each append waits on a future of its own: a request cancelled meanwhile
 cancels its own wait, never the round.
+
+A round that fails as a whole (a ``syncfs`` error) fails the next round too: its appends were written while the
+failed sync ran, and the sync may have written some of their pages and lost them. The file system reports such an
+error once to each descriptor that looks, so the next ``syncfs`` would succeed without them (a file's own
+``fdatasync`` error is reported to each of its descriptors: only that file's append fails).
 """
 
 from __future__ import annotations
@@ -33,10 +38,14 @@ class SyncRounds:
         self._running: _Round | None = None
         self._next: _Round | None = None
         self._idle: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # where the rounds are answered
+        self._in_rounds: dict[int, int] = {}  # descriptors of the running and next rounds, with how often
 
     async def durable(self, target: SyncTarget, events: int) -> None:
         """Wait until what was written to ``target`` so far is durable; the OSError of its sync if it failed."""
         loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._moved_to(loop)
         joining = self._next
         if joining is None:
             joining = self._next = _Round()
@@ -46,19 +55,29 @@ class SyncRounds:
         joining.files.append(target)
         joining.waiters.append(waiter)
         joining.events.append(events)
+        self._in_rounds[target.fd] = self._in_rounds.get(target.fd, 0) + 1
         await waiter
 
     def busy_with(self, fd: int) -> bool:
         """Whether ``fd`` is in a round not answered yet (it must stay open until then)."""
-        return any(
-            target.fd == fd for round_ in (self._running, self._next) if round_ is not None for target in round_.files
-        )
+        return fd in self._in_rounds
 
     async def idle(self) -> None:
         """Wait until no round runs or waits (at close)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._moved_to(loop)
         while self._running is not None or self._next is not None:
             self._idle = self._idle or asyncio.Event()
             await self._idle.wait()
+
+    def _moved_to(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The rounds are used from another event loop (a store used by several ``asyncio.run``): those of the
+        previous one, whose waiters are gone with it, are dropped."""
+        self._loop = loop
+        self._running = self._next = None
+        self._idle = None
+        self._in_rounds.clear()
 
     def prepare(self) -> None:
         self._syncer.prepare()
@@ -81,21 +100,42 @@ class SyncRounds:
         if self._running is not round_:
             return
         self._running = None
-        durable = 0
-        for target, waiter, events in zip(round_.files, round_.waiters, round_.events, strict=True):
-            failure = error or by_fd.get(target.fd)
-            if failure is None:
-                durable += events
-            if waiter.done():
-                continue
-            if failure is None:
-                waiter.set_result(None)
+        durable = _settle(round_, error, by_fd)
+        self._release(round_)
+        if error is not None and self._next is not None:  # written while the failed sync ran: see the docstring
+            failed, self._next = self._next, None
+            _settle(failed, error, {})
+            self._release(failed)
+        try:
+            if durable:
+                self._synced(durable, time.perf_counter() - round_.started)
+        finally:
+            if self._next is not None:
+                self._start_next()
+            elif self._idle is not None:
+                self._idle.set()
+                self._idle = None
+
+    def _release(self, round_: _Round) -> None:
+        for target in round_.files:
+            left = self._in_rounds.get(target.fd, 0) - 1
+            if left > 0:
+                self._in_rounds[target.fd] = left
             else:
-                waiter.set_exception(failure)
-        if durable:
-            self._synced(durable, time.perf_counter() - round_.started)
-        if self._next is not None:
-            self._start_next()
-        elif self._idle is not None:
-            self._idle.set()
-            self._idle = None
+                self._in_rounds.pop(target.fd, None)
+
+
+def _settle(round_: _Round, error: OSError | None, by_fd: dict[int, OSError]) -> int:
+    """Answer each append of the round; how many events were made durable."""
+    durable = 0
+    for target, waiter, events in zip(round_.files, round_.waiters, round_.events, strict=True):
+        failure = error or by_fd.get(target.fd)
+        if failure is None:
+            durable += events
+        if waiter.done():
+            continue
+        if failure is None:
+            waiter.set_result(None)
+        else:
+            waiter.set_exception(failure)
+    return durable

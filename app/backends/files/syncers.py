@@ -10,6 +10,7 @@ what the sync process (:mod:`app.backends.files.sync_process`) falls back on whe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -61,7 +62,8 @@ class ThreadSyncer:
 
         def answer(future: Future[tuple[OSError | None, dict[int, OSError]]]) -> None:
             error, by_fd = future.result()
-            loop.call_soon_threadsafe(done, error, by_fd)
+            with contextlib.suppress(RuntimeError):  # the event loop closed meanwhile: no one waits any more
+                loop.call_soon_threadsafe(done, error, by_fd)
 
         self._rounds.submit(self._sync, fds).add_done_callback(answer)
 

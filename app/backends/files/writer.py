@@ -76,6 +76,7 @@ class AppendWriter:
         self._open: OrderedDict[Path, _OpenFile] = OrderedDict()
         self._unclean: dict[Path, Cut] = {}
         self._threads: dict[Path, asyncio.Future[None]] = {}  # writes and cuts running in a worker thread
+        self._appending: set[Path] = set()  # files an append is using, from its open to its end
         self._closed = False
 
     async def append(self, path: Path, data: bytes, *, instance: str, cut_record: Path, events: int = 0) -> None:
@@ -87,8 +88,19 @@ class AppendWriter:
         with self._lock:
             cut = self._unclean.get(path)
         if cut is not None:  # refused bytes are cut away, durably, before anything is written after them
+            await self._released(path)
             await self._in_thread(path, self._cut_back, path, cut)
         started = time.perf_counter()
+        self._appending.add(path)
+        try:
+            await self._write(path, data, instance=instance, cut_record=cut_record, events=events, started=started)
+        finally:
+            self._appending.discard(path)
+            self._trim_open()
+
+    async def _write(
+        self, path: Path, data: bytes, *, instance: str, cut_record: Path, events: int, started: float
+    ) -> None:
         opened = self._opened(path)
         before = opened.size
         written = False
@@ -109,14 +121,12 @@ class AppendWriter:
             await self._in_thread(path, self._roll_back, path, opened, Cut(instance, before, cut_record))
             raise
         except BaseException:
-            # Cancelled (at shutdown) after its write: nothing was acknowledged, the next append cuts it back.
+            # Cancelled (at shutdown) after its write: nothing was acknowledged, the next append cuts it back (once
+            # no round or thread uses the descriptor any more).
             if written:
                 with self._lock:
                     self._unclean.setdefault(path, Cut(instance, before, cut_record))
-                self._close_open(path)
             raise
-        finally:
-            self._trim_open()
 
     def prepare(self) -> None:
         """Start what the rounds need (the sync process) now, in the running event loop, rather than at the first
@@ -169,20 +179,28 @@ class AppendWriter:
         return opened
 
     def _trim_open(self) -> None:
-        """Close the files used longest ago past ``OPEN_FILES``, but those a round or a thread still uses (they go
-        at the end of a later append). Called as an append ends: a file just opened is never closed before its
-        write."""
+        """Close the files used longest ago past ``OPEN_FILES``, but those an append, a round or a thread still uses
+        (they go at the end of a later append)."""
         if len(self._open) <= OPEN_FILES:
             return
+        evicted: list[Path] = []
         with self._lock:
             extra = len(self._open) - OPEN_FILES
-            evicted = [path for path, kept in self._open.items() if not self._in_use(path, kept)][:extra]
+            for path, kept in self._open.items():
+                if len(evicted) == extra:
+                    break
+                if not self._in_use(path, kept):
+                    evicted.append(path)
         for path in evicted:
             self._close_open(path)
 
     def _in_use(self, path: Path, opened: _OpenFile) -> bool:
-        """Whether the file's descriptor may not be closed yet: a round or a thread still uses it."""
-        return path in self._threads or (self._rounds is not None and self._rounds.busy_with(opened.target.fd))
+        """Whether the file's descriptor may not be closed yet: an append, a round or a thread still uses it."""
+        return (
+            path in self._appending
+            or path in self._threads
+            or (self._rounds is not None and self._rounds.busy_with(opened.target.fd))
+        )
 
     def _close_open(self, path: Path) -> None:
         with self._lock:
@@ -199,6 +217,12 @@ class AppendWriter:
         if running is not None:
             with contextlib.suppress(BaseException):
                 await asyncio.shield(running)
+
+    async def _released(self, path: Path) -> None:
+        """Wait until no round holds the descriptor of ``path`` (one an append cancelled while it waited left)."""
+        opened = self._open.get(path)
+        while opened is not None and self._rounds is not None and self._rounds.busy_with(opened.target.fd):
+            await asyncio.sleep(0.001)  # rare: an append cancelled at shutdown, then another to the same session
 
     async def _in_thread(self, path: Path, function: Callable[..., None], *args: object) -> None:
         """Run ``function(*args)`` in a worker thread, noted as working on ``path`` until it is done, even if the

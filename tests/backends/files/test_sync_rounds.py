@@ -15,7 +15,7 @@ import pytest
 from app.backends.files import syncfs_child
 from app.backends.files.cuts import CutRecords
 from app.backends.files.fileops import FileOps
-from app.backends.files.sync_process import ProcessSyncer
+from app.backends.files.sync_process import ENDS_BEFORE_GIVING_UP, ProcessSyncer
 from app.backends.files.syncers import SyncDone, SyncTarget, ThreadSyncer
 from app.backends.files.writer import AppendWriter
 from tests.backends.files import builders as b
@@ -281,3 +281,129 @@ def test_the_sync_process_syncs_the_one_file_of_a_round_or_the_whole_file_system
         child.stdin.close()
         assert child.wait(timeout=10) == 0  # it ends once its stdin closes
         child.stdout.close()
+
+
+class ScriptedSyncer:
+    """A syncer the test answers itself: each round waits in ``asked`` until the test calls its ``done``."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[list[SyncTarget], SyncDone]] = []
+
+    def start(self, files: list[SyncTarget], done: SyncDone) -> None:
+        self.asked.append((files, done))
+
+    def prepare(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+async def until_asked(syncer: ScriptedSyncer, rounds: int) -> None:
+    while len(syncer.asked) < rounds:
+        await asyncio.sleep(0)
+
+
+def eio() -> OSError:
+    return OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+def test_a_round_that_fails_as_a_whole_fails_the_appends_written_while_it_ran(tmp_path: Path) -> None:
+    # Its sync may have written their pages and lost them, and the next syncfs would not say so again.
+    syncer = ScriptedSyncer()
+    ops = FileOps()
+    writer = AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer)
+    first, later, after = session_files(tmp_path, 3)
+
+    async def run() -> list[BaseException | None]:
+        failing = asyncio.ensure_future(writer.append(first, b"a\n", instance="i", cut_record=tmp_path / "a.cut"))
+        await until_asked(syncer, 1)
+        written_meanwhile = asyncio.ensure_future(
+            writer.append(later, b"b\n", instance="i", cut_record=tmp_path / "b.cut")
+        )
+        await asyncio.sleep(0.01)
+        assert later.read_bytes() == b"b\n"  # written, waiting for the next round
+        syncer.asked[0][1](eio(), {})
+        answers = await asyncio.wait_for(asyncio.gather(failing, written_meanwhile, return_exceptions=True), 5)
+        # and the round after them is a round like any other
+        kept = asyncio.ensure_future(writer.append(after, b"c\n", instance="i", cut_record=tmp_path / "c.cut"))
+        await until_asked(syncer, 2)
+        syncer.asked[1][1](None, {})
+        await kept
+        await writer.close()
+        return list(answers)
+
+    answers = asyncio.run(run())
+    assert all(isinstance(answer, OSError) for answer in answers), answers
+    assert len(syncer.asked) == 2, "the appends written meanwhile were failed, not synced in a round of their own"
+    assert (first.read_bytes(), later.read_bytes(), after.read_bytes()) == (b"", b"", b"c\n")
+
+
+def test_a_file_stays_open_until_its_append_has_cut_it_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("app.backends.files.writer.OPEN_FILES", 0)  # every file is closed as soon as it may be
+    syncer = ScriptedSyncer()
+    ops = FileOps()
+    writer = AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer)
+    (path,) = session_files(tmp_path, 1)
+    path.write_bytes(b"kept\n")
+
+    async def run() -> None:
+        refused = asyncio.ensure_future(writer.append(path, b"lost\n", instance="i", cut_record=tmp_path / "s.cut"))
+        await until_asked(syncer, 1)
+        syncer.asked[0][1](eio(), {})
+        writer._trim_open()  # another append ending before this one resumes: it must not close this file
+        with pytest.raises(OSError):
+            await refused
+        assert path.read_bytes() == b"kept\n"  # cut back by the append itself, through its own descriptor
+        assert not (tmp_path / "s.cut").exists()
+        await writer.close()
+
+    asyncio.run(run())
+    assert path.read_bytes() == b"kept\n"
+    assert not (tmp_path / "s.cut").exists()
+
+
+def test_a_store_used_again_from_another_event_loop_does_not_wait_for_a_round_of_the_first(tmp_path: Path) -> None:
+    syncer = ScriptedSyncer()
+    ops = FileOps()
+    writer = AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer)
+    first, second = session_files(tmp_path, 2)
+
+    async def left_unanswered() -> None:
+        left = asyncio.ensure_future(writer.append(first, b"a\n", instance="i", cut_record=tmp_path / "a.cut"))
+        await until_asked(syncer, 1)
+        assert not left.done()  # and asyncio.run cancels it as it ends
+
+    async def later() -> None:
+        appended = asyncio.ensure_future(writer.append(second, b"b\n", instance="i", cut_record=tmp_path / "b.cut"))
+        await asyncio.wait_for(until_asked(syncer, 2), 5)
+        syncer.asked[1][1](None, {})
+        await asyncio.wait_for(appended, 5)
+        await asyncio.wait_for(writer.close(), 5)
+
+    asyncio.run(left_unanswered())
+    asyncio.run(later())
+    assert second.read_bytes() == b"b\n"
+
+
+@needs_syncfs
+def test_a_sync_process_that_cannot_serve_hands_the_rounds_to_a_thread(tmp_path: Path) -> None:
+    writer, _ = writer_with(tmp_path, [sys.executable, "-I", "-c", "raise SystemExit(1)"])
+    (path,) = session_files(tmp_path, 1)
+
+    async def run() -> list[BaseException | None]:
+        answers: list[BaseException | None] = []
+        for number in range(5):
+            try:
+                await writer.append(path, b"%d\n" % number, instance="i", cut_record=tmp_path / "cut")
+                answers.append(None)
+            except OSError as exc:
+                answers.append(exc)
+        await writer.close()
+        return answers
+
+    answers = asyncio.run(run())
+    failed = [number for number, answer in enumerate(answers) if answer is not None]
+    assert len(failed) <= ENDS_BEFORE_GIVING_UP, answers  # each round it had fails, until it is given up
+    assert answers[ENDS_BEFORE_GIVING_UP:] == [None] * (len(answers) - ENDS_BEFORE_GIVING_UP)  # the thread syncs
+    assert path.read_bytes() == b"".join(b"%d\n" % number for number in range(len(answers)) if number not in failed)

@@ -1,18 +1,21 @@
-"""The rounds of appends are synced by a small process of their own, so that nothing in this one waits on the GIL to
-finish a round.
+"""The rounds of appends are written and synced by a small process of their own, so that nothing in this one waits on
+the GIL to finish a round, or on the disk.
 
-A thread that syncs needs the GIL back after each system call, to answer and to start the next round; while the
-event loop is busy it gets it only after the interpreter's switch interval (5 ms), so in practice once every client
-waits on the round, and the loop and the disk take turns. The process (:mod:`app.backends.files.syncfs_child`)
-syncs a round when asked through a pipe (``fdatasync`` of its one file, or ``syncfs`` of the data directory's file
-system for several) and answers through another, which the event loop watches like a socket: a round is synced
-while the loop serves the next requests.
+A thread that writes and syncs needs the GIL back after each system call, to go on and to answer; while the event
+loop is busy it gets it only after the interpreter's switch interval (5 ms), so in practice once every client waits
+on the round, and the loop and the disk take turns. The process (:mod:`app.backends.files.syncfs_child`) takes a
+round through a pipe (each append's file and lines), appends the lines, syncs them (``fdatasync`` of the file for
+a round of one append, ``syncfs`` of the data directory's file system for several) and answers through another
+pipe, which the event loop watches like a socket: a round is written and synced while the loop serves the next
+requests, and the loop never writes to a session file itself: a disk that hangs stalls the process and the appends
+waiting on it, not the loop, which goes on answering reads and health checks.
 
-``syncfs`` commits every write made before it began, by any process, on that file system, and (Linux 5.8 and
-later) reports a write error of any of its files: an error fails the whole round. A round with a file on another
-file system (a mount inside the data directory), or a process that cannot be started, is synced by a
+``syncfs`` commits every write made before it began on that file system, and (Linux 5.8 and later) reports a write
+error of any of its files: an error fails the whole round. A round with a file on another file system (a mount
+inside the data directory), or a process that cannot be started, is written and synced by a
 :class:`~app.backends.files.syncers.ThreadSyncer` instead. A process that ends fails the round it had (its appends
-are cut back, nothing is acknowledged) and is started again for the next.
+are cut back, nothing is acknowledged) and is started again for the next; after three ends in a row the thread
+takes the rounds for good.
 """
 
 from __future__ import annotations
@@ -28,13 +31,13 @@ from collections import deque
 from pathlib import Path
 
 from app.backends.files import syncfs_child
-from app.backends.files.syncers import SyncDone, SyncTarget, ThreadSyncer
+from app.backends.files.syncers import RoundAppend, SyncDone, ThreadSyncer
 
 __all__ = ["ProcessSyncer"]
 
 logger = logging.getLogger("forklog.storage")
 
-ANSWER_BYTES = syncfs_child.ANSWER_BYTES
+CODE_BYTES = syncfs_child.CODE_BYTES
 # A process that ends this many times in a row without answering a round cannot serve here (say, no Python at
 # sys.executable): the rounds go to the thread from then on.
 ENDS_BEFORE_GIVING_UP = 3
@@ -49,26 +52,26 @@ class ProcessSyncer:
         self._argv = argv or [sys.executable, "-I", "-S", syncfs_child.__file__, str(folder)]
         self._process: subprocess.Popen[bytes] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiting: deque[SyncDone] = deque()  # the rounds asked for, in order
+        self._waiting: deque[tuple[SyncDone, int]] = deque()  # the rounds asked for, in order, with their sizes
         self._answers = b""
         self._ends_in_a_row = 0
 
-    def start(self, files: list[SyncTarget], done: SyncDone) -> None:
-        if self._ends_in_a_row >= ENDS_BEFORE_GIVING_UP or any(target.device != self.device for target in files):
-            self._fallback.start(files, done)
+    def start(self, appends: list[RoundAppend], done: SyncDone) -> None:
+        if self._ends_in_a_row >= ENDS_BEFORE_GIVING_UP or any(target.device != self.device for target, _ in appends):
+            self._fallback.start(appends, done)
             return
         try:
             request_fd = self._running()
-            request = memoryview(_request(files))
+            request = memoryview(_request(appends))
             while request:
                 request = request[os.write(request_fd, request) :]
         except OSError as exc:
             logger.warning("the sync process could not be reached (%s); this round is synced in a thread", exc)
             self._ends_in_a_row += 1
             self._stop()
-            self._fallback.start(files, done)
+            self._fallback.start(appends, done)
             return
-        self._waiting.append(done)
+        self._waiting.append((done, len(appends)))
 
     def prepare(self) -> None:
         try:
@@ -122,11 +125,22 @@ class ProcessSyncer:
             return
         self._ends_in_a_row = 0
         self._answers += data
-        while len(self._answers) >= ANSWER_BYTES and self._waiting:
-            code = int.from_bytes(self._answers[:ANSWER_BYTES], "little")
-            self._answers = self._answers[ANSWER_BYTES:]
-            done = self._waiting.popleft()
-            done(OSError(code, f"syncfs: {os.strerror(code)}") if code else None, {})
+        while self._waiting:
+            done, size = self._waiting[0]
+            length = CODE_BYTES * (size + 1)
+            if len(self._answers) < length:
+                return
+            codes = [
+                int.from_bytes(self._answers[start : start + CODE_BYTES], "little")
+                for start in range(0, length, CODE_BYTES)
+            ]
+            self._answers = self._answers[length:]
+            self._waiting.popleft()
+            round_code, *append_codes = codes
+            done(
+                _error(round_code) if round_code else None,
+                {place: _error(code) for place, code in enumerate(append_codes) if code},
+            )
 
     def _stop(self, error: OSError | None = None) -> None:
         """End the process (closing its stdin ends it); the rounds it had fail with ``error``."""
@@ -147,14 +161,23 @@ class ProcessSyncer:
                     process.wait(timeout=1)
         waiting, self._waiting = self._waiting, deque()
         failure = error or OSError(errno.EIO, "the sync process was stopped before it answered")
-        for done in waiting:
+        for done, _ in waiting:
             done(failure, {})
 
 
-def _request(files: list[SyncTarget]) -> bytes:
-    """A round of one file asks for its ``fdatasync``, of several for one ``syncfs`` (see syncfs_child)."""
-    path = os.fsencode(files[0].path) if len(files) == 1 else b""
-    return len(path).to_bytes(syncfs_child.LENGTH_BYTES, "little") + path
+def _request(appends: list[RoundAppend]) -> bytes:
+    """A round as the process reads it (see syncfs_child)."""
+    length = syncfs_child.LENGTH_BYTES
+    parts = [len(appends).to_bytes(length, "little")]
+    for target, lines in appends:
+        path = os.fsencode(target.path)
+        parts += [len(path).to_bytes(length, "little"), path, len(lines).to_bytes(length, "little"), lines]
+    body = b"".join(parts)
+    return len(body).to_bytes(syncfs_child.BODY_BYTES, "little") + body
+
+
+def _error(code: int) -> OSError:
+    return OSError(code, os.strerror(code))
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -1,14 +1,15 @@
-"""Group commit: the appends written while a sync runs wait together for the next one.
+"""Group commit: the appends that arrive while a round is written and synced wait together for the next one.
 
-One round runs at a time. An append written while none runs starts one at the end of the event loop's current step
-(so that the appends of that step share it); one written while a round runs joins the next round, which starts as
-soon as the running one is answered. Each append waits on a future of its own: a request cancelled meanwhile
+One round runs at a time. An append that arrives while none runs starts one at the end of the event loop's current
+step (so that the appends of that step share it); one that arrives while a round runs joins the next round, which
+starts as soon as the running one is answered. Each append waits on a future of its own: a request cancelled meanwhile
 cancels its own wait, never the round.
 
-A round that fails as a whole (a ``syncfs`` error) fails the next round too: its appends were written while the
-failed sync ran, and the sync may have written some of their pages and lost them. The file system reports such an
-error once to each descriptor that looks, so the next ``syncfs`` would succeed without them (a file's own
-``fdatasync`` error is reported to each of its descriptors: only that file's append fails).
+A round that fails as a whole (a ``syncfs`` error) fails the next round too, whose appends arrived while it ran: a
+large one is written (by a worker thread) before it joins, maybe while the failed sync ran, which may have written
+some of its pages and lost them, and the file system reports such an error once to each descriptor that looks, so
+the next ``syncfs`` would succeed without them. A disk that fails a sync fails a few more appends rather than one
+acknowledged without its bytes.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from app.backends.files.syncers import Syncer, SyncTarget
+from app.backends.files.syncers import RoundAppend, Syncer, SyncTarget
 
 __all__ = ["SyncRounds"]
 
 
 @dataclass(slots=True)
 class _Round:
-    files: list[SyncTarget] = field(default_factory=list)
+    appends: list[RoundAppend] = field(default_factory=list)
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     events: list[int] = field(default_factory=list)
     started: float = 0.0
@@ -41,8 +42,9 @@ class SyncRounds:
         self._loop: asyncio.AbstractEventLoop | None = None  # where the rounds are answered
         self._in_rounds: dict[int, int] = {}  # descriptors of the running and next rounds, with how often
 
-    async def durable(self, target: SyncTarget, events: int) -> None:
-        """Wait until what was written to ``target`` so far is durable; the OSError of its sync if it failed."""
+    async def durable(self, target: SyncTarget, lines: bytes, events: int) -> None:
+        """Append ``lines`` to ``target`` (none: written already) and wait until the file is durable; the OSError of
+        its write or sync if either failed."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._moved_to(loop)
@@ -52,7 +54,7 @@ class SyncRounds:
             if self._running is None:
                 loop.call_soon(self._start_next)
         waiter: asyncio.Future[None] = loop.create_future()
-        joining.files.append(target)
+        joining.appends.append((target, lines))
         joining.waiters.append(waiter)
         joining.events.append(events)
         self._in_rounds[target.fd] = self._in_rounds.get(target.fd, 0) + 1
@@ -92,15 +94,15 @@ class SyncRounds:
         self._running = round_
         round_.started = time.perf_counter()
         try:
-            self._syncer.start(round_.files, lambda error, by_fd: self._answer(round_, error, by_fd))
+            self._syncer.start(round_.appends, lambda error, by_place: self._answer(round_, error, by_place))
         except Exception as exc:  # the syncer could not even start: the round fails, the writer goes on
             self._answer(round_, exc if isinstance(exc, OSError) else OSError(f"the sync failed: {exc!r}"), {})
 
-    def _answer(self, round_: _Round, error: OSError | None, by_fd: dict[int, OSError]) -> None:
+    def _answer(self, round_: _Round, error: OSError | None, by_place: dict[int, OSError]) -> None:
         if self._running is not round_:
             return
         self._running = None
-        durable = _settle(round_, error, by_fd)
+        durable = _settle(round_, error, by_place)
         self._release(round_)
         if error is not None and self._next is not None:  # written while the failed sync ran: see the docstring
             failed, self._next = self._next, None
@@ -117,7 +119,7 @@ class SyncRounds:
                 self._idle = None
 
     def _release(self, round_: _Round) -> None:
-        for target in round_.files:
+        for target, _ in round_.appends:
             left = self._in_rounds.get(target.fd, 0) - 1
             if left > 0:
                 self._in_rounds[target.fd] = left
@@ -125,11 +127,11 @@ class SyncRounds:
                 self._in_rounds.pop(target.fd, None)
 
 
-def _settle(round_: _Round, error: OSError | None, by_fd: dict[int, OSError]) -> int:
+def _settle(round_: _Round, error: OSError | None, by_place: dict[int, OSError]) -> int:
     """Answer each append of the round; how many events were made durable."""
     durable = 0
-    for target, waiter, events in zip(round_.files, round_.waiters, round_.events, strict=True):
-        failure = error or by_fd.get(target.fd)
+    for place, (waiter, events) in enumerate(zip(round_.waiters, round_.events, strict=True)):
+        failure = error or by_place.get(place)
         if failure is None:
             durable += events
         if waiter.done():

@@ -1,10 +1,10 @@
-"""Who syncs a round of appends (:mod:`app.backends.files.sync_rounds`): a :class:`Syncer` makes the files of a round
-durable and says so in the event loop.
+"""Who writes and syncs a round of appends (:mod:`app.backends.files.sync_rounds`): a :class:`Syncer` appends each
+append's lines to its file, makes the round durable and says so in the event loop.
 
-:class:`ThreadSyncer` makes the calls of :class:`~app.backends.files.fileops.FileOps` in a worker thread: one
-``fdatasync`` for a round of one file; for several one ``syncfs`` where it reports write errors, else an
-``fdatasync`` per file, in parallel. It is what a FileOps whose sync calls are its own (a test's faults) gets, and
-what the sync process (:mod:`app.backends.files.sync_process`) falls back on where it cannot serve.
+:class:`ThreadSyncer` makes the calls of :class:`~app.backends.files.fileops.FileOps` in a worker thread: the
+writes, then one ``fdatasync`` for a round of one file; for several one ``syncfs`` where it reports write errors,
+else an ``fdatasync`` per file, in parallel. It is what a FileOps whose sync calls are its own (a test's faults)
+gets, and what the sync process (:mod:`app.backends.files.sync_process`) falls back on where it cannot serve.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Protocol
 
 from app.backends.files.fileops import FileOps
 
-__all__ = ["SYNCS_IN_PARALLEL", "SyncDone", "SyncTarget", "Syncer", "ThreadSyncer"]
+__all__ = ["SYNCS_IN_PARALLEL", "RoundAppend", "SyncDone", "SyncTarget", "Syncer", "ThreadSyncer"]
 
 SYNCS_IN_PARALLEL = 16
 
@@ -33,13 +33,17 @@ class SyncTarget:
     path: Path
 
 
-# A round's answer: an error for the whole round, or the errors of some of its files by descriptor (both empty: done).
+# One append of a round: its file, and the lines the syncer appends to it first (none: written already).
+RoundAppend = tuple[SyncTarget, bytes]
+
+# A round's answer: an error for the whole round, or the errors of some of its appends by their place in it (both
+# empty: all durable).
 SyncDone = Callable[[OSError | None, dict[int, OSError]], None]
 
 
 class Syncer(Protocol):
-    def start(self, files: list[SyncTarget], done: SyncDone) -> None:
-        """Make ``files`` durable, then call ``done`` in the running event loop (one round at a time)."""
+    def start(self, appends: list[RoundAppend], done: SyncDone) -> None:
+        """Write and sync ``appends``, then call ``done`` in the running event loop (one round at a time)."""
 
     def prepare(self) -> None:
         """Get ready for a first round soon, in the running event loop."""
@@ -56,16 +60,15 @@ class ThreadSyncer:
         self._parallel = ThreadPoolExecutor(max_workers=SYNCS_IN_PARALLEL, thread_name_prefix="forklog-sync")
         self._rounds = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forklog-sync-round")
 
-    def start(self, files: list[SyncTarget], done: SyncDone) -> None:
+    def start(self, appends: list[RoundAppend], done: SyncDone) -> None:
         loop = asyncio.get_running_loop()
-        fds = [target.fd for target in files]
 
         def answer(future: Future[tuple[OSError | None, dict[int, OSError]]]) -> None:
-            error, by_fd = future.result()
+            error, by_place = future.result()
             with contextlib.suppress(RuntimeError):  # the event loop closed meanwhile: no one waits any more
-                loop.call_soon_threadsafe(done, error, by_fd)
+                loop.call_soon_threadsafe(done, error, by_place)
 
-        self._rounds.submit(self._sync, fds).add_done_callback(answer)
+        self._rounds.submit(self._round, appends).add_done_callback(answer)
 
     def prepare(self) -> None:
         return None
@@ -74,22 +77,34 @@ class ThreadSyncer:
         self._rounds.shutdown(wait=True)
         self._parallel.shutdown(wait=True)
 
-    def _sync(self, fds: list[int]) -> tuple[OSError | None, dict[int, OSError]]:
+    def _round(self, appends: list[RoundAppend]) -> tuple[OSError | None, dict[int, OSError]]:
+        failed: dict[int, OSError] = {}
         try:
-            if len(fds) == 1:
-                self._ops.fdatasync(fds[0])
+            for place, (target, data) in enumerate(appends):
+                if data:
+                    try:
+                        self._ops.write_all(target.fd, data)
+                    except OSError as exc:
+                        failed[place] = exc
+            written = [(place, target.fd) for place, (target, _) in enumerate(appends) if place not in failed]
+            if not written:
+                return None, failed
+            if len(appends) == 1:
+                self._ops.fdatasync(written[0][1])
             elif self._ops.has_syncfs:
                 # One syncfs commits every file of the round in one journal transaction: several times faster than
                 # a sync per file, even in parallel. An error fails the whole round (nothing is acknowledged).
-                self._ops.syncfs(fds[0])
+                self._ops.syncfs(written[0][1])
             else:
-                errors = self._parallel.map(self._fdatasync, fds)
-                return None, {fd: error for fd, error in zip(fds, errors, strict=True) if error is not None}
+                errors = self._parallel.map(self._fdatasync, [fd for _, fd in written])
+                failed.update({place: error for (place, _), error in zip(written, errors, strict=True) if error})
         except OSError as exc:
-            return exc, {}
+            if len(appends) == 1:
+                return None, {0: exc}
+            return exc, failed
         except Exception as exc:  # a bug: the round fails, its appends are cut back and the writer goes on
-            return OSError(f"the sync failed: {exc!r}"), {}
-        return None, {}
+            return OSError(f"the sync failed: {exc!r}"), failed
+        return None, failed
 
     def _fdatasync(self, fd: int) -> OSError | None:
         try:

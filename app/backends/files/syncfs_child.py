@@ -1,15 +1,18 @@
-"""The sync process's own program: it makes files durable when asked on stdin and answers each request on stdout by
-the ``errno`` of its call (four bytes, little-endian; 0 when it succeeded). It ends when stdin closes, which is also
-what its parent's death does.
+"""The sync process's own program: it writes and syncs the rounds of appends its parent sends on stdin, and answers
+each round on stdout.
 
-A request is a path's length (four bytes, little-endian) and the path: ``fdatasync`` of that file (a round of one
-file: far cheaper than committing the whole file system), or with length 0, ``syncfs`` of the folder's file system
-(a round of several files: one journal commit for all of them).
+A round is its body's length (eight bytes, little-endian) and the body: the number of its appends (four bytes),
+then for each the length of its file's path, the path, the length of the lines to append and the lines (lengths
+four bytes each; no lines: the parent wrote them). Each file is opened (never through a symbolic link), its lines
+appended, and the round synced: ``fdatasync`` of the file for a round of one append (far cheaper than committing
+the whole file system), else one ``syncfs`` of the folder's file system (one journal commit for all of them). The
+answer is the round's ``errno`` (the ``syncfs`` that failed, else 0) then each append's (its open, write or sync),
+four bytes each, little-endian. Nothing is cut back here: the parent cuts a refused append back itself.
 
 It runs as ``python -I -S syncfs_child.py FOLDER`` and imports nothing but the standard library: its start is a few
 milliseconds, and nothing of the service is loaded in it. SIGINT and SIGTERM are ignored, so that a Ctrl-C or a
 supervisor's stop, which reach the whole process group, do not end it under a service still answering its last
-appends; its parent ends it by closing its stdin (:mod:`app.backends.files.sync_process`).
+appends; its parent ends it by closing its stdin (:mod:`app.backends.files.sync_process`), which its death does too.
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ import errno
 import os
 import signal
 import sys
+from collections.abc import Callable
 
-ANSWER_BYTES = 4
+CODE_BYTES = 4
 LENGTH_BYTES = 4
+BODY_BYTES = 8
+OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def main(argv: list[str]) -> int:
@@ -33,34 +39,75 @@ def main(argv: list[str]) -> int:
     def sync_all() -> int:
         return 0 if syncfs(folder) == 0 else (ctypes.get_errno() or errno.EIO)
 
-    pending = b""
+    pending = bytearray()
     while True:
         try:
-            received = os.read(0, 65536)
+            received = os.read(0, 1 << 20)
         except InterruptedError:
             continue
         if not received:
             return 0
         pending += received
-        while len(pending) >= LENGTH_BYTES:
-            size = int.from_bytes(pending[:LENGTH_BYTES], "little")
-            if len(pending) < LENGTH_BYTES + size:
+        while len(pending) >= BODY_BYTES:
+            size = int.from_bytes(pending[:BODY_BYTES], "little")
+            if len(pending) < BODY_BYTES + size:
                 break
-            path, pending = pending[LENGTH_BYTES : LENGTH_BYTES + size], pending[LENGTH_BYTES + size :]
-            code = _sync_file(path) if path else sync_all()
-            os.write(1, code.to_bytes(ANSWER_BYTES, "little"))
+            body = memoryview(bytes(pending[BODY_BYTES : BODY_BYTES + size]))
+            del pending[: BODY_BYTES + size]
+            answer = serve_round(_appends(body), sync_all)
+            view = memoryview(answer)
+            while view:
+                view = view[os.write(1, view) :]
 
 
-def _sync_file(path: bytes) -> int:
+def _appends(body: memoryview) -> list[tuple[bytes, memoryview]]:
+    count = int.from_bytes(body[:LENGTH_BYTES], "little")
+    offset = LENGTH_BYTES
+    appends = []
+    for _ in range(count):
+        path_size = int.from_bytes(body[offset : offset + LENGTH_BYTES], "little")
+        offset += LENGTH_BYTES
+        path = bytes(body[offset : offset + path_size])
+        offset += path_size
+        data_size = int.from_bytes(body[offset : offset + LENGTH_BYTES], "little")
+        offset += LENGTH_BYTES
+        appends.append((path, body[offset : offset + data_size]))
+        offset += data_size
+    return appends
+
+
+def serve_round(appends: list[tuple[bytes, memoryview]], sync_all: Callable[[], int]) -> bytes:
+    """Write and sync one round; its answer."""
+    codes = [0] * len(appends)
+    fds: list[int] = []
+    round_code = 0
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        return exc.errno or errno.EIO
-    return 0
+        for index, (path, data) in enumerate(appends):
+            try:
+                fd = os.open(path, OPEN_FLAGS)
+            except OSError as exc:
+                codes[index] = exc.errno or errno.EIO
+                fds.append(-1)
+                continue
+            fds.append(fd)
+            try:
+                while data:
+                    data = data[os.write(fd, data) :]
+            except OSError as exc:
+                codes[index] = exc.errno or errno.EIO
+        if len(appends) == 1:
+            if fds[0] >= 0 and not codes[0]:
+                try:
+                    os.fdatasync(fds[0])
+                except OSError as exc:
+                    codes[0] = exc.errno or errno.EIO
+        elif any(fd >= 0 and not code for fd, code in zip(fds, codes, strict=True)):
+            round_code = sync_all()
+    finally:
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
+    return b"".join(code.to_bytes(CODE_BYTES, "little") for code in (round_code, *codes))
 
 
 if __name__ == "__main__":

@@ -1,21 +1,21 @@
-"""Appends to session files: written by the event loop itself, made durable in shared rounds, cut back when refused.
+"""Appends to session files: written and made durable in shared rounds, cut back when refused.
 
-An append's lines are written where it runs, in the event loop: a write into the page cache of a few kilobytes is
-a copy of a few microseconds, cheaper than handing it to a thread (a wake-up, and the GIL handed back and forth).
-A batch over ``INLINE_WRITE_BYTES`` is written in a worker thread, so that the loop never copies megabytes. The
-appends written meanwhile are then made durable together (:mod:`app.backends.files.sync_rounds`): by the sync
-process (:mod:`app.backends.files.sync_process`), which needs no GIL, where the system has ``syncfs`` and the
-:class:`~app.backends.files.fileops.FileOps` syncs as the system does; else in a thread, through the FileOps (a
-test's injected faults reach it). Appends to one session are batched before they get here, by the service, and
-one batch at a time reaches a file: nothing else writes to a session file meanwhile.
+The appends that arrive while a round is written and synced wait together for the next one
+(:mod:`app.backends.files.sync_rounds`). A round is written and synced by the sync process
+(:mod:`app.backends.files.sync_process`), which needs no GIL, where the system has ``syncfs`` and the
+:class:`~app.backends.files.fileops.FileOps` syncs as the system does; else by a thread, through the FileOps (a
+test's injected faults reach it). A batch over ``INLINE_WRITE_BYTES`` is written by a worker thread before it joins
+a round, so that no pipe carries megabytes. Without syncs (``--no-fsync``) the event loop writes each append itself.
+Appends to one session are batched before they get here, by the service, and one batch at a time reaches a file:
+nothing else writes to a session file meanwhile.
 
 The files appended to last stay open (at most ``OPEN_FILES``), with their sizes: a round of appends to sessions in
-use costs one write each and the round's sync, not an open, a stat and a close as well. A file removed or made anew
-is forgotten (:meth:`AppendWriter.forget`) before anything else happens to its path.
+use costs its writes and the round's sync, not an open, a stat and a close as well in this process. A file removed
+or made anew is forgotten (:meth:`AppendWriter.forget`) before anything else happens to its path.
 
 A write or sync that fails is cut back to the size before it, in a thread, so a retry never finds half a batch in
 the file. If that cut fails too, the file is *unclean*: a durable cut record is written (:mod:`app.backends.files.cuts`)
-and nothing more is written to the file until the cut succeeds. An append cancelled after its write (the service
+and nothing more is written to the file until the cut succeeds. An append cancelled once handed over (the service
 never cancels one but at shutdown) leaves its file unclean too, in memory: the next append cuts it back first.
 """
 
@@ -45,7 +45,7 @@ __all__ = ["INLINE_WRITE_BYTES", "OPEN_FILES", "AppendWriter"]
 logger = logging.getLogger("forklog.storage")
 
 OPEN_FILES = 128  # session files kept open between appends, the most recently appended to
-INLINE_WRITE_BYTES = 64 * 1024  # larger batches are written by a worker thread
+INLINE_WRITE_BYTES = 64 * 1024  # larger batches are written by a worker thread before their round
 
 
 @dataclass(slots=True)
@@ -103,27 +103,29 @@ class AppendWriter:
     ) -> None:
         opened = self._opened(path)
         before = opened.size
-        written = False
+        handed = False  # from here on, part of the lines may be in the file
         try:
-            if len(data) <= INLINE_WRITE_BYTES:
-                self._ops.write_all(opened.target.fd, data)
-            else:
-                written = True  # from here on, part of it may be in the file
+            lines = data
+            if len(data) > INLINE_WRITE_BYTES:  # the rounds' pipe and the loop carry no megabytes
+                handed = True
                 await self._in_thread(path, self._ops.write_all, opened.target.fd, data)
-            written = True
+                lines = b""
+            handed = True
             opened.size += len(data)
             if self._rounds is not None:
-                await self._rounds.durable(opened.target, events)
-            elif events:
-                self.observer.synced(events, time.perf_counter() - started)
+                await self._rounds.durable(opened.target, lines, events)
+            else:
+                self._ops.write_all(opened.target.fd, lines)
+                if events:
+                    self.observer.synced(events, time.perf_counter() - started)
         except OSError:
             # A write that failed may have written part of the batch; a sync that failed leaves it all unsure.
             await self._in_thread(path, self._roll_back, path, opened, Cut(instance, before, cut_record))
             raise
         except BaseException:
-            # Cancelled (at shutdown) after its write: nothing was acknowledged, the next append cuts it back (once
+            # Cancelled (at shutdown) once handed over: nothing was acknowledged, the next append cuts it back (once
             # no round or thread uses the descriptor any more).
-            if written:
+            if handed:
                 with self._lock:
                     self._unclean.setdefault(path, Cut(instance, before, cut_record))
             raise

@@ -15,9 +15,9 @@ import pytest
 from app.backends.files import syncfs_child
 from app.backends.files.cuts import CutRecords
 from app.backends.files.fileops import FileOps
-from app.backends.files.sync_process import ENDS_BEFORE_GIVING_UP, ProcessSyncer
-from app.backends.files.syncers import SyncDone, SyncTarget, ThreadSyncer
-from app.backends.files.writer import AppendWriter
+from app.backends.files.sync_process import ENDS_BEFORE_GIVING_UP, ProcessSyncer, _request
+from app.backends.files.syncers import RoundAppend, SyncDone, SyncTarget, ThreadSyncer
+from app.backends.files.writer import INLINE_WRITE_BYTES, AppendWriter
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import FileStore, session_file
 
@@ -31,9 +31,9 @@ class CountingSyncer:
         self.inner = ThreadSyncer(FileOps())
         self.rounds: list[int] = []
 
-    def start(self, files: list[SyncTarget], done: SyncDone) -> None:
-        self.rounds.append(len(files))
-        self.inner.start(files, done)
+    def start(self, appends: list[RoundAppend], done: SyncDone) -> None:
+        self.rounds.append(len(appends))
+        self.inner.start(appends, done)
 
     def prepare(self) -> None:
         self.inner.prepare()
@@ -113,20 +113,30 @@ import os, sys
 mode, marker = sys.argv[1], sys.argv[2]
 pending = b""
 while True:
-    received = os.read(0, 4096)
+    received = os.read(0, 1 << 20)
     if not received:
         sys.exit(0)
     pending += received
-    while len(pending) >= 4 and len(pending) >= 4 + int.from_bytes(pending[:4], "little"):
-        pending = pending[4 + int.from_bytes(pending[:4], "little"):]
-        if mode == "eio":
-            os.write(1, (5).to_bytes(4, "little"))
-        elif mode == "once" and not os.path.exists(marker):
+    while len(pending) >= 8 and len(pending) >= 8 + int.from_bytes(pending[:8], "little"):
+        size = int.from_bytes(pending[:8], "little")
+        body, pending = pending[8 : 8 + size], pending[8 + size :]
+        count, offset = int.from_bytes(body[:4], "little"), 4
+        for _ in range(count):  # each append's lines are written, as the real process does
+            size = int.from_bytes(body[offset : offset + 4], "little")
+            path = body[offset + 4 : offset + 4 + size]
+            offset += 4 + size
+            size = int.from_bytes(body[offset : offset + 4], "little")
+            lines = body[offset + 4 : offset + 4 + size]
+            offset += 4 + size
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            os.write(fd, lines)
+            os.close(fd)
+        if mode == "once" and not os.path.exists(marker):
             open(marker, "w").close()
             sys.exit(1)
-        else:
-            os.sync()
-            os.write(1, (0).to_bytes(4, "little"))
+        round_code = 5 if mode == "eio" else 0
+        os.sync()
+        os.write(1, round_code.to_bytes(4, "little") + bytes(4 * count))
 """
 
 
@@ -226,7 +236,8 @@ def test_a_file_on_another_file_system_is_synced_in_a_thread(tmp_path: Path) -> 
         fd = os.open(path, os.O_WRONLY)
         try:
             syncer.start(
-                [SyncTarget(fd, syncer.device + 1, path)], lambda error, by_fd: answered.set_result((error, by_fd))
+                [(SyncTarget(fd, syncer.device + 1, path), b"line\n")],
+                lambda error, by_place: answered.set_result((error, by_place)),
             )
             return await answered
         finally:
@@ -235,6 +246,7 @@ def test_a_file_on_another_file_system_is_synced_in_a_thread(tmp_path: Path) -> 
 
     assert asyncio.run(run()) == (None, {})  # the thread synced it (the process would have answered EIO)
     assert fallback.rounds == [1]
+    assert path.read_bytes() == b"line\n"
 
 
 def test_a_store_syncs_through_the_process_unless_its_os_seam_makes_the_sync_calls(data_dir: Path) -> None:
@@ -258,8 +270,9 @@ def test_a_store_syncs_through_the_process_unless_its_os_seam_makes_the_sync_cal
 
 
 @needs_syncfs
-def test_the_sync_process_syncs_the_one_file_of_a_round_or_the_whole_file_system(tmp_path: Path) -> None:
-    (path,) = session_files(tmp_path, 1)
+def test_the_sync_process_appends_each_round_and_answers_each_append(tmp_path: Path) -> None:
+    first, second = session_files(tmp_path, 2)
+    (tmp_path / "link.jsonl").symlink_to(first)
     child = subprocess.Popen(
         [sys.executable, "-I", "-S", syncfs_child.__file__, str(tmp_path)],
         stdin=subprocess.PIPE,
@@ -267,30 +280,42 @@ def test_the_sync_process_syncs_the_one_file_of_a_round_or_the_whole_file_system
     )
     assert child.stdin is not None and child.stdout is not None
 
-    def ask(request: bytes) -> int:
+    def ask(*appends: tuple[Path, bytes]) -> list[int]:
+        """The round's code, then each append's."""
         assert child.stdin is not None and child.stdout is not None
-        child.stdin.write(len(request).to_bytes(4, "little") + request)
+        child.stdin.write(_request([(SyncTarget(-1, 0, path), lines) for path, lines in appends]))
         child.stdin.flush()
-        return int.from_bytes(child.stdout.read(4), "little")
+        answer = child.stdout.read(4 * (len(appends) + 1))
+        return [int.from_bytes(answer[start : start + 4], "little") for start in range(0, len(answer), 4)]
 
     try:
-        assert ask(os.fsencode(path)) == 0  # fdatasync of that file
-        assert ask(os.fsencode(tmp_path / "gone.jsonl")) == errno.ENOENT  # proof that it is that file's sync
-        assert ask(b"") == 0  # syncfs of the file system
+        assert ask((first, b"a\n")) == [0, 0]  # a round of one append: fdatasync of its file
+        assert ask((tmp_path / "gone.jsonl", b"x\n")) == [0, errno.ENOENT]  # it opens that file, never makes one
+        assert ask((tmp_path / "link.jsonl", b"x\n")) == [0, errno.ELOOP]  # nor follows a symbolic link
+        assert ask((first, b"b\n"), (second, b"c\n")) == [0, 0, 0]  # several: one syncfs
+        assert ask((second, b"")) == [0, 0]  # lines written already: only the sync
     finally:
         child.stdin.close()
         assert child.wait(timeout=10) == 0  # it ends once its stdin closes
         child.stdout.close()
+    assert (first.read_bytes(), second.read_bytes()) == (b"a\nb\n", b"c\n")
 
 
 class ScriptedSyncer:
     """A syncer the test answers itself: each round waits in ``asked`` until the test calls its ``done``."""
 
     def __init__(self) -> None:
-        self.asked: list[tuple[list[SyncTarget], SyncDone]] = []
+        self.asked: list[tuple[list[RoundAppend], SyncDone]] = []
 
-    def start(self, files: list[SyncTarget], done: SyncDone) -> None:
-        self.asked.append((files, done))
+    def start(self, appends: list[RoundAppend], done: SyncDone) -> None:
+        self.asked.append((appends, done))
+
+    def answer(self, number: int, error: OSError | None = None) -> None:
+        """Answer round ``number`` (its lines written, as a syncer writes them) with ``error``, or as durable."""
+        appends, done = self.asked[number]
+        for target, lines in appends:
+            os.write(target.fd, lines)
+        done(error, {})
 
     def prepare(self) -> None:
         return None
@@ -308,35 +333,35 @@ def eio() -> OSError:
     return OSError(errno.EIO, os.strerror(errno.EIO))
 
 
-def test_a_round_that_fails_as_a_whole_fails_the_appends_written_while_it_ran(tmp_path: Path) -> None:
-    # Its sync may have written their pages and lost them, and the next syncfs would not say so again.
+def test_a_round_that_fails_as_a_whole_fails_the_appends_that_arrived_while_it_ran(tmp_path: Path) -> None:
+    # A large one among them was written before it joined, maybe while the failed sync ran: its lost pages would not
+    # be reported again by the next syncfs.
     syncer = ScriptedSyncer()
     ops = FileOps()
     writer = AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer)
-    first, later, after = session_files(tmp_path, 3)
+    first, large, after = session_files(tmp_path, 3)
+    big = b"x" * (INLINE_WRITE_BYTES + 1) + b"\n"
 
     async def run() -> list[BaseException | None]:
         failing = asyncio.ensure_future(writer.append(first, b"a\n", instance="i", cut_record=tmp_path / "a.cut"))
         await until_asked(syncer, 1)
-        written_meanwhile = asyncio.ensure_future(
-            writer.append(later, b"b\n", instance="i", cut_record=tmp_path / "b.cut")
-        )
-        await asyncio.sleep(0.01)
-        assert later.read_bytes() == b"b\n"  # written, waiting for the next round
-        syncer.asked[0][1](eio(), {})
-        answers = await asyncio.wait_for(asyncio.gather(failing, written_meanwhile, return_exceptions=True), 5)
+        meanwhile = asyncio.ensure_future(writer.append(large, big, instance="i", cut_record=tmp_path / "b.cut"))
+        while large.stat().st_size < len(big):  # written by a worker thread, waiting for the next round
+            await asyncio.sleep(0.001)
+        syncer.answer(0, eio())
+        answers = await asyncio.wait_for(asyncio.gather(failing, meanwhile, return_exceptions=True), 5)
         # and the round after them is a round like any other
         kept = asyncio.ensure_future(writer.append(after, b"c\n", instance="i", cut_record=tmp_path / "c.cut"))
         await until_asked(syncer, 2)
-        syncer.asked[1][1](None, {})
+        syncer.answer(1)
         await kept
         await writer.close()
         return list(answers)
 
     answers = asyncio.run(run())
     assert all(isinstance(answer, OSError) for answer in answers), answers
-    assert len(syncer.asked) == 2, "the appends written meanwhile were failed, not synced in a round of their own"
-    assert (first.read_bytes(), later.read_bytes(), after.read_bytes()) == (b"", b"", b"c\n")
+    assert len(syncer.asked) == 2, "the appends that arrived meanwhile were failed, not synced in a round of their own"
+    assert (first.read_bytes(), large.read_bytes(), after.read_bytes()) == (b"", b"", b"c\n")
 
 
 def test_a_file_stays_open_until_its_append_has_cut_it_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -350,7 +375,7 @@ def test_a_file_stays_open_until_its_append_has_cut_it_back(tmp_path: Path, monk
     async def run() -> None:
         refused = asyncio.ensure_future(writer.append(path, b"lost\n", instance="i", cut_record=tmp_path / "s.cut"))
         await until_asked(syncer, 1)
-        syncer.asked[0][1](eio(), {})
+        syncer.answer(0, eio())
         writer._trim_open()  # another append ending before this one resumes: it must not close this file
         with pytest.raises(OSError):
             await refused
@@ -377,7 +402,7 @@ def test_a_store_used_again_from_another_event_loop_does_not_wait_for_a_round_of
     async def later() -> None:
         appended = asyncio.ensure_future(writer.append(second, b"b\n", instance="i", cut_record=tmp_path / "b.cut"))
         await asyncio.wait_for(until_asked(syncer, 2), 5)
-        syncer.asked[1][1](None, {})
+        syncer.answer(1)
         await asyncio.wait_for(appended, 5)
         await asyncio.wait_for(writer.close(), 5)
 

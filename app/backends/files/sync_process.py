@@ -171,7 +171,13 @@ def _request(appends: list[RoundAppend]) -> bytes:
     parts = [len(appends).to_bytes(length, "little")]
     for target, lines in appends:
         path = os.fsencode(target.path)
-        parts += [len(path).to_bytes(length, "little"), path, len(lines).to_bytes(length, "little"), lines]
+        parts += [
+            len(path).to_bytes(length, "little"),
+            path,
+            target.inode.to_bytes(syncfs_child.INODE_BYTES, "little"),
+            len(lines).to_bytes(length, "little"),
+            lines,
+        ]
     body = b"".join(parts)
     return len(body).to_bytes(syncfs_child.BODY_BYTES, "little") + body
 

@@ -4,12 +4,6 @@ One round runs at a time. An append that arrives while none runs starts one at t
 step (so that the appends of that step share it); one that arrives while a round runs joins the next round, which
 starts as soon as the running one is answered. Each append waits on a future of its own: a request cancelled meanwhile
 cancels its own wait, never the round.
-
-A round that fails as a whole (a ``syncfs`` error) fails the next round too, whose appends arrived while it ran: a
-large one is written (by a worker thread) before it joins, maybe while the failed sync ran, which may have written
-some of its pages and lost them, and the file system reports such an error once to each descriptor that looks, so
-the next ``syncfs`` would succeed without them. A disk that fails a sync fails a few more appends rather than one
-acknowledged without its bytes.
 """
 
 from __future__ import annotations
@@ -104,10 +98,6 @@ class SyncRounds:
         self._running = None
         durable = _settle(round_, error, by_place)
         self._release(round_)
-        if error is not None and self._next is not None:  # written while the failed sync ran: see the docstring
-            failed, self._next = self._next, None
-            _settle(failed, error, {})
-            self._release(failed)
         try:
             if durable:
                 self._synced(durable, time.perf_counter() - round_.started)

@@ -26,11 +26,13 @@ SYNCS_IN_PARALLEL = 16
 
 @dataclass(frozen=True, slots=True)
 class SyncTarget:
-    """A file of a round: its descriptor (open until the round is answered), the device it is on, its path."""
+    """A file of a round: its descriptor (open until the round is answered), the device it is on, its path and its
+    inode number (the file the descriptor holds)."""
 
     fd: int
     device: int
     path: Path
+    inode: int = 0
 
 
 # One append of a round: its file, and the lines the syncer appends to it first (none: written already).
@@ -89,15 +91,17 @@ class ThreadSyncer:
             written = [(place, target.fd) for place, (target, _) in enumerate(appends) if place not in failed]
             if not written:
                 return None, failed
-            if len(appends) == 1:
-                self._ops.fdatasync(written[0][1])
-            elif self._ops.has_syncfs:
+            # An append written before its round (maybe while a sync that failed ran: syncfs reports an error once)
+            # is synced through its own file as well.
+            own = [(place, fd) for place, fd in written if len(appends) == 1 or not appends[place][1]]
+            if own or not self._ops.has_syncfs:
+                each = own if self._ops.has_syncfs else written
+                errors = self._parallel.map(self._fdatasync, [fd for _, fd in each])
+                failed.update({place: error for (place, _), error in zip(each, errors, strict=True) if error})
+            if len(appends) > 1 and self._ops.has_syncfs:
                 # One syncfs commits every file of the round in one journal transaction: several times faster than
                 # a sync per file, even in parallel. An error fails the whole round (nothing is acknowledged).
                 self._ops.syncfs(written[0][1])
-            else:
-                errors = self._parallel.map(self._fdatasync, [fd for _, fd in written])
-                failed.update({place: error for (place, _), error in zip(written, errors, strict=True) if error})
         except OSError as exc:
             if len(appends) == 1:
                 return None, {0: exc}

@@ -175,7 +175,7 @@ class AppendWriter:
         except OSError:
             self._ops.close(fd)
             raise
-        opened = _OpenFile(SyncTarget(fd, status.st_dev, path), status.st_size)
+        opened = _OpenFile(SyncTarget(fd, status.st_dev, path, status.st_ino), status.st_size)
         with self._lock:
             self._open[path] = opened
         return opened

@@ -17,7 +17,7 @@ from app.backends.files.cuts import CutRecords
 from app.backends.files.fileops import FileOps
 from app.backends.files.sync_process import ENDS_BEFORE_GIVING_UP, ProcessSyncer, _request
 from app.backends.files.syncers import RoundAppend, SyncDone, SyncTarget, ThreadSyncer
-from app.backends.files.writer import INLINE_WRITE_BYTES, AppendWriter
+from app.backends.files.writer import AppendWriter
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import FileStore, session_file
 
@@ -40,6 +40,10 @@ class CountingSyncer:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def inode_of(path: Path) -> int:
+    return 0 if not path.exists() else path.stat().st_ino
 
 
 def session_files(folder: Path, count: int) -> list[Path]:
@@ -124,7 +128,7 @@ while True:
         for _ in range(count):  # each append's lines are written, as the real process does
             size = int.from_bytes(body[offset : offset + 4], "little")
             path = body[offset + 4 : offset + 4 + size]
-            offset += 4 + size
+            offset += 4 + size + 8  # and the file's inode number
             size = int.from_bytes(body[offset : offset + 4], "little")
             lines = body[offset + 4 : offset + 4 + size]
             offset += 4 + size
@@ -236,7 +240,7 @@ def test_a_file_on_another_file_system_is_synced_in_a_thread(tmp_path: Path) -> 
         fd = os.open(path, os.O_WRONLY)
         try:
             syncer.start(
-                [(SyncTarget(fd, syncer.device + 1, path), b"line\n")],
+                [(SyncTarget(fd, syncer.device + 1, path, inode_of(path)), b"line\n")],
                 lambda error, by_place: answered.set_result((error, by_place)),
             )
             return await answered
@@ -283,7 +287,7 @@ def test_the_sync_process_appends_each_round_and_answers_each_append(tmp_path: P
     def ask(*appends: tuple[Path, bytes]) -> list[int]:
         """The round's code, then each append's."""
         assert child.stdin is not None and child.stdout is not None
-        child.stdin.write(_request([(SyncTarget(-1, 0, path), lines) for path, lines in appends]))
+        child.stdin.write(_request([(SyncTarget(-1, 0, path, inode_of(path)), lines) for path, lines in appends]))
         child.stdin.flush()
         answer = child.stdout.read(4 * (len(appends) + 1))
         return [int.from_bytes(answer[start : start + 4], "little") for start in range(0, len(answer), 4)]
@@ -294,11 +298,24 @@ def test_the_sync_process_appends_each_round_and_answers_each_append(tmp_path: P
         assert ask((tmp_path / "link.jsonl", b"x\n")) == [0, errno.ELOOP]  # nor follows a symbolic link
         assert ask((first, b"b\n"), (second, b"c\n")) == [0, 0, 0]  # several: one syncfs
         assert ask((second, b"")) == [0, 0]  # lines written already: only the sync
+        with second.open("ab") as written:
+            written.write(b"d\n")
+        assert ask((first, b"e\n"), (second, b"")) == [0, 0, 0]  # one written here, one before: syncfs and fdatasync
+        remade = tmp_path / "remade.jsonl"
+        remade.touch()
+        stale = SyncTarget(-1, 0, remade, inode_of(first))
+        child.stdin.write(_request([(stale, b"x\n")]))
+        child.stdin.flush()
+        assert child.stdout.read(8) == (0).to_bytes(4, "little") + errno.ESTALE.to_bytes(4, "little")  # not that file
     finally:
         child.stdin.close()
         assert child.wait(timeout=10) == 0  # it ends once its stdin closes
         child.stdout.close()
-    assert (first.read_bytes(), second.read_bytes()) == (b"a\nb\n", b"c\n")
+    assert (first.read_bytes(), second.read_bytes(), (tmp_path / "remade.jsonl").read_bytes()) == (
+        b"a\nb\ne\n",
+        b"c\nd\n",
+        b"",
+    )
 
 
 class ScriptedSyncer:
@@ -333,35 +350,44 @@ def eio() -> OSError:
     return OSError(errno.EIO, os.strerror(errno.EIO))
 
 
-def test_a_round_that_fails_as_a_whole_fails_the_appends_that_arrived_while_it_ran(tmp_path: Path) -> None:
-    # A large one among them was written before it joined, maybe while the failed sync ran: its lost pages would not
-    # be reported again by the next syncfs.
-    syncer = ScriptedSyncer()
-    ops = FileOps()
-    writer = AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer)
-    first, large, after = session_files(tmp_path, 3)
-    big = b"x" * (INLINE_WRITE_BYTES + 1) + b"\n"
+def test_an_append_written_before_its_round_is_synced_through_its_own_file(tmp_path: Path) -> None:
+    # A large append is written by a worker thread before it joins a round, maybe while a sync that failed ran: the
+    # round's syncfs would not report that error again, its own file's fdatasync does.
+    synced: list[int] = []
 
-    async def run() -> list[BaseException | None]:
-        failing = asyncio.ensure_future(writer.append(first, b"a\n", instance="i", cut_record=tmp_path / "a.cut"))
-        await until_asked(syncer, 1)
-        meanwhile = asyncio.ensure_future(writer.append(large, big, instance="i", cut_record=tmp_path / "b.cut"))
-        while large.stat().st_size < len(big):  # written by a worker thread, waiting for the next round
-            await asyncio.sleep(0.001)
-        syncer.answer(0, eio())
-        answers = await asyncio.wait_for(asyncio.gather(failing, meanwhile, return_exceptions=True), 5)
-        # and the round after them is a round like any other
-        kept = asyncio.ensure_future(writer.append(after, b"c\n", instance="i", cut_record=tmp_path / "c.cut"))
-        await until_asked(syncer, 2)
-        syncer.answer(1)
-        await kept
-        await writer.close()
-        return list(answers)
+    class Spy(FileOps):
+        def fdatasync(self, fd: int) -> None:
+            synced.append(os.fstat(fd).st_ino)
+            os.fdatasync(fd)
 
-    answers = asyncio.run(run())
-    assert all(isinstance(answer, OSError) for answer in answers), answers
-    assert len(syncer.asked) == 2, "the appends that arrived meanwhile were failed, not synced in a round of their own"
-    assert (first.read_bytes(), large.read_bytes(), after.read_bytes()) == (b"", b"", b"c\n")
+    ops = Spy()
+    syncer = ThreadSyncer(ops)
+    small, large = session_files(tmp_path, 2)
+    large.write_bytes(b"written before\n")
+
+    async def run() -> tuple[OSError | None, dict[int, OSError]]:
+        answered: asyncio.Future[tuple[OSError | None, dict[int, OSError]]] = asyncio.get_running_loop().create_future()
+        fds = [os.open(path, os.O_WRONLY | os.O_APPEND) for path in (small, large)]
+        try:
+            targets = [
+                SyncTarget(fd, os.fstat(fd).st_dev, path, inode_of(path))
+                for fd, path in zip(fds, (small, large), strict=True)
+            ]
+            syncer.start(
+                [(targets[0], b"a\n"), (targets[1], b"")],
+                lambda error, by_place: answered.set_result((error, by_place)),
+            )
+            return await answered
+        finally:
+            for fd in fds:
+                os.close(fd)
+            syncer.close()
+
+    assert asyncio.run(run()) == (None, {})
+    assert (small.read_bytes(), large.read_bytes()) == (b"a\n", b"written before\n")
+    assert large.stat().st_ino in synced
+    if ops.has_syncfs:
+        assert small.stat().st_ino not in synced  # its lines were written in the round: the round's syncfs
 
 
 def test_a_file_stays_open_until_its_append_has_cut_it_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -45,9 +45,11 @@ def test_health_answers_while_a_large_seed_is_created(tmp_path: Path) -> None:
                     done["health"] = time.perf_counter() - started
 
                 await asyncio.gather(create(), health())
-                # Had the parse or the seed's checks run on the event loop, /healthz would have waited for them.
-                # (A thread shares the GIL with the loop, so /healthz is slowed, not stopped: compare, with room.)
-                assert done["health"] < done["create"] * 0.6, done
+                # Had the parse and the seed's checks run on the event loop, /healthz would have waited for both,
+                # nearly all of the create (~0.95 of it). In a thread they share the GIL with the loop, and orjson
+                # holds it for the whole parse, so /healthz waits for the parse alone (~0.5 of the create here, up
+                # to 0.6 on a loaded machine): compare, with room on both sides.
+                assert done["health"] < done["create"] * 0.75, done
                 session = (await client.get("/sessions/big")).json()
                 assert session["eventCount"] == 60_000
 

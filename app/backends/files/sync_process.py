@@ -45,7 +45,6 @@ ENDS_BEFORE_GIVING_UP = 3
 
 class ProcessSyncer:
     def __init__(self, folder: Path, *, fallback: ThreadSyncer, argv: list[str] | None = None) -> None:
-        self._folder = folder
         self.device = os.stat(folder).st_dev
         self._fallback = fallback
         # The child's command; a test names another program that speaks the same protocol.

@@ -32,7 +32,7 @@ class SyncTarget:
     fd: int
     device: int
     path: Path
-    inode: int = 0
+    inode: int
 
 
 # One append of a round: its file, and the lines the syncer appends to it first (none: written already).

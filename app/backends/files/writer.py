@@ -90,27 +90,22 @@ class AppendWriter:
         if cut is not None:  # refused bytes are cut away, durably, before anything is written after them
             await self._released(path)
             await self._in_thread(path, self._cut_back, path, cut)
-        started = time.perf_counter()
         self._appending.add(path)
         try:
-            await self._write(path, data, instance=instance, cut_record=cut_record, events=events, started=started)
+            await self._write(path, data, instance=instance, cut_record=cut_record, events=events)
         finally:
             self._appending.discard(path)
             self._trim_open()
 
-    async def _write(
-        self, path: Path, data: bytes, *, instance: str, cut_record: Path, events: int, started: float
-    ) -> None:
+    async def _write(self, path: Path, data: bytes, *, instance: str, cut_record: Path, events: int) -> None:
+        started = time.perf_counter()
         opened = self._opened(path)
         before = opened.size
-        handed = False  # from here on, part of the lines may be in the file
         try:
             lines = data
             if len(data) > INLINE_WRITE_BYTES:  # the rounds' pipe and the loop carry no megabytes
-                handed = True
                 await self._in_thread(path, self._ops.write_all, opened.target.fd, data)
                 lines = b""
-            handed = True
             opened.size += len(data)
             if self._rounds is not None:
                 await self._rounds.durable(opened.target, lines, events)
@@ -123,11 +118,10 @@ class AppendWriter:
             await self._in_thread(path, self._roll_back, path, opened, Cut(instance, before, cut_record))
             raise
         except BaseException:
-            # Cancelled (at shutdown) once handed over: nothing was acknowledged, the next append cuts it back (once
-            # no round or thread uses the descriptor any more).
-            if handed:
-                with self._lock:
-                    self._unclean.setdefault(path, Cut(instance, before, cut_record))
+            # Cancelled (at shutdown) once handed over, part of the lines may be in the file: nothing was
+            # acknowledged, the next append cuts it back (once no round or thread uses the descriptor any more).
+            with self._lock:
+                self._unclean.setdefault(path, Cut(instance, before, cut_record))
             raise
 
     def prepare(self) -> None:

@@ -16,7 +16,7 @@ from app.backends.files import syncfs_child
 from app.backends.files.cuts import CutRecords
 from app.backends.files.fileops import FileOps
 from app.backends.files.sync_process import ENDS_BEFORE_GIVING_UP, ProcessSyncer, _request
-from app.backends.files.syncers import RoundAppend, SyncDone, SyncTarget, ThreadSyncer
+from app.backends.files.syncers import RoundAppend, SyncDone, Syncer, SyncTarget, ThreadSyncer
 from app.backends.files.writer import AppendWriter
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import FileStore, session_file
@@ -46,6 +46,12 @@ def inode_of(path: Path) -> int:
     return 0 if not path.exists() else path.stat().st_ino
 
 
+def syncing_writer(syncer: Syncer) -> AppendWriter:
+    """A writer with fsync on whose rounds go to ``syncer``."""
+    ops = FileOps()
+    return AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer)
+
+
 def session_files(folder: Path, count: int) -> list[Path]:
     paths = [folder / f"s{number}.jsonl" for number in range(count)]
     for path in paths:  # a session's file exists before anything is appended to it
@@ -55,8 +61,7 @@ def session_files(folder: Path, count: int) -> list[Path]:
 
 def test_the_appends_of_one_loop_step_share_one_sync(tmp_path: Path) -> None:
     syncer = CountingSyncer()
-    ops = FileOps()
-    writer = AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer)
+    writer = syncing_writer(syncer)
     paths = session_files(tmp_path, 8)
 
     async def run() -> None:
@@ -72,8 +77,7 @@ def test_the_appends_of_one_loop_step_share_one_sync(tmp_path: Path) -> None:
 
 def test_appends_written_while_a_round_runs_share_the_next(tmp_path: Path) -> None:
     syncer = CountingSyncer()
-    ops = FileOps()
-    writer = AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer)
+    writer = syncing_writer(syncer)
     first, *others = session_files(tmp_path, 6)
 
     async def run() -> None:
@@ -92,8 +96,7 @@ def test_appends_written_while_a_round_runs_share_the_next(tmp_path: Path) -> No
 
 def test_an_append_under_way_as_the_writer_closes_is_written_and_synced(tmp_path: Path) -> None:
     syncer = CountingSyncer()
-    ops = FileOps()
-    writer = AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer)
+    writer = syncing_writer(syncer)
     (path,) = session_files(tmp_path, 1)
 
     async def run() -> None:
@@ -151,9 +154,8 @@ def fake_child(tmp_path: Path, mode: str) -> list[str]:
 
 
 def writer_with(tmp_path: Path, argv: list[str] | None) -> tuple[AppendWriter, ProcessSyncer]:
-    ops = FileOps()
-    syncer = ProcessSyncer(tmp_path, fallback=ThreadSyncer(ops), argv=argv)
-    return AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer), syncer
+    syncer = ProcessSyncer(tmp_path, fallback=ThreadSyncer(FileOps()), argv=argv)
+    return syncing_writer(syncer), syncer
 
 
 def children_running(program: str) -> int:
@@ -393,8 +395,7 @@ def test_an_append_written_before_its_round_is_synced_through_its_own_file(tmp_p
 def test_a_file_stays_open_until_its_append_has_cut_it_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("app.backends.files.writer.OPEN_FILES", 0)  # every file is closed as soon as it may be
     syncer = ScriptedSyncer()
-    ops = FileOps()
-    writer = AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer)
+    writer = syncing_writer(syncer)
     (path,) = session_files(tmp_path, 1)
     path.write_bytes(b"kept\n")
 
@@ -416,8 +417,7 @@ def test_a_file_stays_open_until_its_append_has_cut_it_back(tmp_path: Path, monk
 
 def test_a_store_used_again_from_another_event_loop_does_not_wait_for_a_round_of_the_first(tmp_path: Path) -> None:
     syncer = ScriptedSyncer()
-    ops = FileOps()
-    writer = AppendWriter(ops, CutRecords(ops, sync=True), sync=True, syncer=syncer)
+    writer = syncing_writer(syncer)
     first, second = session_files(tmp_path, 2)
 
     async def left_unanswered() -> None:

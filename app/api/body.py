@@ -15,6 +15,7 @@ from fastapi import Request
 from starlette.types import Receive
 
 from app.api.problems import RequestProblem, invalid_request
+from app.api.raw_headers import first_values
 from app.domain.errors import ErrorCode
 from app.domain.jsonvalue import Break, JsonSyntaxError, JsonTooDeep
 from app.domain.jsonvalue import loads as lossless_loads
@@ -115,22 +116,9 @@ async def _receive_chunks(
             moved_on()
 
 
-def _body_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, str | None]:
-    """The first Content-Type and Content-Length (as Starlette's ``headers.get`` reads them), in one pass over the
-    raw headers: a mapping's lookup walks them once per name."""
-    content_type = content_length = None
-    for name, value in headers:
-        if name == b"content-type":
-            if content_type is None:
-                content_type = value.decode("latin-1")
-        elif name == b"content-length" and content_length is None:
-            content_length = value.decode("latin-1")
-    return content_type, content_length
-
-
 async def read_body(request: Request, *, limit: int, empty_is_object: bool, read_timeout: float = 30.0) -> JsonBody:
     """The request's JSON object body, or the problem the contract names for it."""
-    content_type, declared_length = _body_headers(request.scope["headers"])
+    content_type, declared_length = first_values(request.scope["headers"], b"content-type", b"content-length")
     length = (
         int(declared_length)
         if declared_length is not None and declared_length.isascii() and declared_length.isdigit()

@@ -13,7 +13,9 @@ import re
 from fastapi import Request
 from fastapi.responses import Response
 
+from app.api.json_answer import JsonAnswer
 from app.api.problems import invalid_request
+from app.api.raw_headers import all_values
 from app.api.wire import appended_answer, created_answer
 from app.domain.session import Session
 from app.service.idempotency import Answer, ChangeAnswers, IdempotentRequest
@@ -22,7 +24,9 @@ from app.service.sessions import Appended
 __all__ = ["HEADER", "REPLAYED", "WIRE_ANSWERS", "answer_response", "idempotent_request"]
 
 HEADER = "Idempotency-Key"
+HEADER_NAME = HEADER.lower().encode("latin-1")  # as the server gives it (ASGI: lower case)
 REPLAYED = "Idempotent-Replayed"
+_REPLAYED_LINE = (REPLAYED.lower().encode("latin-1"), b"true")
 _VISIBLE_ASCII = re.compile(r"[!-~]{1,255}")
 
 
@@ -42,7 +46,7 @@ WIRE_ANSWERS: ChangeAnswers = _WireAnswers()
 
 def idempotent_request(request: Request, tenant: str, body: bytes) -> IdempotentRequest | None:
     """The request's key and fingerprint, or None without the header; INVALID_REQUEST for a malformed key."""
-    values = request.headers.getlist(HEADER)
+    values = all_values(request.scope["headers"], HEADER_NAME)
     if not values:
         return None
     if len(values) > 1:
@@ -59,7 +63,9 @@ def idempotent_request(request: Request, tenant: str, body: bytes) -> Idempotent
 
 
 def answer_response(answer: Answer, replayed: bool) -> Response:
-    headers = {"Location": answer.location} if answer.location is not None else {}
+    lines: tuple[tuple[bytes, bytes], ...] = ()
+    if answer.location is not None:
+        lines = ((b"location", answer.location.encode("latin-1")),)
     if replayed:
-        headers[REPLAYED] = "true"
-    return Response(answer.body, status_code=answer.status, media_type="application/json", headers=headers)
+        lines = (*lines, _REPLAYED_LINE)
+    return JsonAnswer(answer.body, answer.status, lines)

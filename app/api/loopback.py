@@ -23,11 +23,11 @@ import functools
 import ipaddress
 from collections.abc import Iterable
 
-from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Scope, Send
 
 from app.api.guard import Guard
 from app.api.problems import send_problem
+from app.api.raw_headers import first_values
 from app.api.route_table import matched_route, spec_of
 from app.domain.access import Scope as KeyScope
 from app.domain.errors import ErrorCode
@@ -88,8 +88,7 @@ class LoopbackGuard(Guard):
 
     async def refused(self, scope: Scope, send: Send) -> bool:
         """Whether the HTTP request was refused (its answer sent)."""
-        headers = Headers(scope=scope)
-        raw_host = headers.get("host")
+        raw_host, origin = first_values(scope["headers"], b"host", b"origin")
         if not self.serves(raw_host):
             reason = "this service without keys answers only requests for a loopback address or localhost"
             await send_problem(
@@ -101,9 +100,10 @@ class LoopbackGuard(Guard):
                 status=400,
             )
             return True
-        origin = headers.get("origin")
+        if origin is None:
+            return False
         own_origin = f"{scope.get('scheme', 'http')}://{raw_host}".lower()
-        refused_origin = origin is not None and origin.lower() not in self.allowed_origins | {own_origin}
+        refused_origin = origin.lower() not in self.allowed_origins | {own_origin}
         if refused_origin and not _reads_only(scope):
             await send_problem(
                 scope,

@@ -24,6 +24,7 @@ from starlette.routing import Route, request_response
 
 from app.api.auth import KEY_STATE
 from app.api.body import JsonBody, read_body
+from app.api.json_answer import JsonAnswer
 from app.api.openapi import operation
 from app.api.route_table import RouteSpec
 from app.api.settings import Settings
@@ -134,5 +135,5 @@ async def body_of(request: Request, *, empty_is_object: bool) -> JsonBody:
     )
 
 
-def json_response(content: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(content, status_code=status, media_type="application/json", headers=headers)
+def json_response(content: bytes, status: int = 200) -> Response:
+    return JsonAnswer(content, status)

@@ -124,11 +124,13 @@ def limited_protocol(*, max_header_bytes: int, read_timeout: float) -> type[Http
             if self._discarding:
                 return
             if self._in_headers:
-                if self._header_timer is None:
-                    self._arm()
                 # Count only the header block: the end marker may sit inside this chunk, a body after it.
                 window = self._tail + data
                 end = window.find(HEADER_END)
+                if end < 0 and self._header_timer is None:
+                    # Headers still to come: their deadline starts now. A block that ends in this chunk (nearly
+                    # every request's) arms no timer: one set and cancelled per request was a measurable share.
+                    self._arm()
                 counted = len(data) if end < 0 else max(0, end + len(HEADER_END) - len(self._tail))
                 self._header_bytes += counted
                 if self._header_bytes > max_header_bytes:

@@ -85,6 +85,21 @@ def test_headers_that_stop_arriving_get_408_within_the_read_timeout(start_server
     assert READ_TIMEOUT * 0.9 <= waited < READ_TIMEOUT + 3
 
 
+def test_a_kept_alive_connections_next_headers_that_stop_arriving_get_408(start_server: StartServer) -> None:
+    server = start_server(None, "--read-timeout", str(READ_TIMEOUT))
+    with connect(server.port) as conn:
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")  # whole headers in one piece
+        first = conn.recv(65536)  # the connection stays open after it
+        assert first.startswith(b"HTTP/1.1 200 ") and first.endswith(b'{"status":"ok"}'), first
+        time.sleep(READ_TIMEOUT * 1.5)  # idle between requests is keep-alive's to bound, not the headers' deadline
+        started = time.monotonic()
+        conn.sendall(b"GET /sessions HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+        answer = read_answer(conn)
+        waited = time.monotonic() - started
+    assert_problem(answer, 408, "REQUEST_TIMEOUT")
+    assert READ_TIMEOUT * 0.9 <= waited < READ_TIMEOUT + 3
+
+
 def test_a_body_that_stops_arriving_gets_408_within_the_read_timeout(start_server: StartServer) -> None:
     server = start_server(None, "--read-timeout", str(READ_TIMEOUT))
     with connect(server.port) as conn:

@@ -79,6 +79,8 @@ class AppendQueue(Generic[R]):
         # A session is in here while its drainer runs: appends that arrive meanwhile join its next batch.
         self._waiting: dict[SessionKey, list[WaitingAppend[R]]] = {}
         self._drainers: set[asyncio.Future[None]] = set()
+        self._alone = 0  # appends written in their own request's task (see _write_alone)
+        self._idle: asyncio.Event | None = None  # set when the last of those ends, for drained()
 
     async def submit(
         self,
@@ -91,17 +93,12 @@ class AppendQueue(Generic[R]):
         record: Callable[[R], IdempotencyRecord] | None = None,
         claimed: tuple[str, str] | None = None,
     ) -> R:
-        waiting: WaitingAppend[R] = WaitingAppend(
-            events,
-            expected_seq,
-            instance,
-            breaks,
-            asyncio.get_running_loop().create_future(),
-            record,
-            claimed,
-            contextvars.copy_context(),
-        )
+        answer: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        waiting = WaitingAppend(events, expected_seq, instance, breaks, answer, record, claimed)
         queue = self._waiting.get(key)
+        if queue is None and self._locks.idle(key):
+            return await self._write_alone(key, waiting)
+        waiting.context = contextvars.copy_context()
         if queue is not None:
             queue.append(waiting)
         else:
@@ -109,11 +106,40 @@ class AppendQueue(Generic[R]):
             self._start_drainer(key)
         # No shield needed: a request cancelled meanwhile cancels only its answer; its batch is written all the
         # same, and succeed/fail skip an answer no one waits for.
-        return await waiting.answer
+        return await answer
+
+    async def _write_alone(self, key: SessionKey, waiting: WaitingAppend[R]) -> R:
+        """The append to a session no operation holds is a batch of its own, written in its request's task (a task
+        of its own for it was a measurable share of an append). The appends that arrive meanwhile wait for the next
+        batch, as they would behind a drainer. A cancellation of the request (only a forced shutdown cancels one)
+        ends this append unacknowledged and whole: the backends leave nothing of a cancelled write (the file writer
+        cuts its bytes back, a transaction rolls back), and no other request's append is in its batch."""
+        self._waiting[key] = []
+        self._alone += 1
+        try:
+            await self._locks.run_here(key, lambda: self._write_batch(key, [waiting]))
+        except Exception as exc:  # a bug: answered as a drainer answers a batch it could not write
+            waiting.fail(exc)
+        except BaseException:  # cancelled: no one is left to answer
+            waiting.answer.cancel()
+            raise
+        finally:
+            self._alone -= 1
+            if self._waiting.get(key):
+                self._start_drainer(key)
+            else:
+                self._waiting.pop(key, None)
+            if not self._alone and self._idle is not None:
+                self._idle.set()
+        return waiting.answer.result()
 
     async def drained(self) -> None:
         """Wait until every batch handed over so far is written (at shutdown)."""
-        while self._drainers:
+        while self._drainers or self._alone:
+            if self._alone:
+                self._idle = self._idle or asyncio.Event()
+                await self._idle.wait()
+                self._idle = None
             await asyncio.gather(*list(self._drainers), return_exceptions=True)
 
     def _start_drainer(self, key: SessionKey) -> None:

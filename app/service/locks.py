@@ -29,20 +29,32 @@ class KeyedLocks(Generic[K]):
     ) -> asyncio.Future[T]:
         """The task that runs ``work`` alone among the operations on ``key`` (queued behind those before it), in
         ``context`` (by default a copy of the caller's: a trace's current span, for one)."""
+        lock = self._join(key)  # in line now, not when the task first runs
+        return asyncio.get_running_loop().create_task(self._alone(key, lock, work), context=context)
+
+    def idle(self, key: K) -> bool:
+        """Whether no operation on ``key`` runs or waits."""
+        return key not in self._locks
+
+    async def run_here(self, key: K, work: Callable[[], Awaitable[T]]) -> T:
+        """Run ``work`` in the calling task, alone among the operations on ``key`` (queued behind those before it).
+        Unlike :meth:`run`, cancelling the caller cancels ``work``: for work that a cancellation leaves whole."""
+        return await self._alone(key, self._join(key), work)
+
+    def _join(self, key: K) -> asyncio.Lock:
         lock, users = self._locks.get(key, (None, 0))
         if lock is None:
             lock = asyncio.Lock()
         self._locks[key] = (lock, users + 1)
+        return lock
 
-        async def run() -> T:
-            try:
-                async with lock:
-                    return await work()
-            finally:
-                held, remaining = self._locks[key]
-                if remaining <= 1:
-                    del self._locks[key]
-                else:
-                    self._locks[key] = (held, remaining - 1)
-
-        return asyncio.get_running_loop().create_task(run(), context=context)
+    async def _alone(self, key: K, lock: asyncio.Lock, work: Callable[[], Awaitable[T]]) -> T:
+        try:
+            async with lock:
+                return await work()
+        finally:
+            held, remaining = self._locks[key]
+            if remaining <= 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (held, remaining - 1)

@@ -82,6 +82,9 @@ def test_forks_racing_whole_turn_appends_always_find_a_boundary(make_app: AppFac
                 while written < turns_each:
                     count = (await client.get("/sessions/src")).json()["eventCount"]
                     events = turn(count // TURN_LENGTH + 1)
+                    # The other writers read the same count meanwhile: an append that runs to its end at once
+                    # (no fsync) would otherwise leave them nothing to race for.
+                    await asyncio.sleep(0.001)
                     response = await client.post("/sessions/src/events", json={"events": events, "expectedSeq": count})
                     if response.status_code == 409:
                         assert response.json()["code"] == "SEQ_CONFLICT"

@@ -146,3 +146,15 @@ def refused(code: ErrorCode, call: Callable[..., Any], *args: Any, **kwargs: Any
         call(*args, **kwargs)
     assert caught.value.code == code, repr(caught.value)
     return caught.value
+
+
+class HeldAppends(MemoryBackend):
+    """A memory backend whose appends wait for ``release`` before they are stored."""
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        super().__init__(clock=clock)
+        self.release = asyncio.Event()
+
+    async def append(self, *args: Any, **kwargs: Any) -> None:
+        await self.release.wait()
+        await super().append(*args, **kwargs)

@@ -41,7 +41,7 @@ from tests.domain.builders import (
     turns,
     user_message,
 )
-from tests.service.harness import StoreHarness, refused
+from tests.service.harness import HeldAppends, StoreHarness, refused
 
 UUID4_ID = re.compile(r"session-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
@@ -468,21 +468,9 @@ def test_append_check_order() -> None:
     assert len(store.get("s").log) == 1
 
 
-class HeldAppends(MemoryBackend):
-    """A memory backend whose appends wait for ``release`` before they are stored."""
-
-    def __init__(self) -> None:
-        super().__init__(clock=Clock())
-        self.release = asyncio.Event()
-
-    async def append(self, *args: Any, **kwargs: Any) -> None:
-        await self.release.wait()
-        await super().append(*args, **kwargs)
-
-
 def test_an_append_in_flight_is_invisible_until_stored() -> None:
     async def run() -> None:
-        backend = HeldAppends()
+        backend = HeldAppends(Clock())
         service = SessionService(backend, clock=Clock())
         await service.start()
         key = SessionKey(DEFAULT_TENANT, "s")

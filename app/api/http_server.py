@@ -127,10 +127,6 @@ def limited_protocol(*, max_header_bytes: int, read_timeout: float) -> type[Http
                 # Count only the header block: the end marker may sit inside this chunk, a body after it.
                 window = self._tail + data
                 end = window.find(HEADER_END)
-                if end < 0 and self._header_timer is None:
-                    # Headers still to come: their deadline starts now. A block that ends in this chunk (nearly
-                    # every request's) arms no timer: one set and cancelled per request was a measurable share.
-                    self._arm()
                 counted = len(data) if end < 0 else max(0, end + len(HEADER_END) - len(self._tail))
                 self._header_bytes += counted
                 if self._header_bytes > max_header_bytes:
@@ -142,6 +138,11 @@ def limited_protocol(*, max_header_bytes: int, read_timeout: float) -> type[Http
                     return
                 self._tail = window[-(len(HEADER_END) - 1) :]
             super().data_received(data)
+            if self._in_headers and self._header_bytes and self._header_timer is None:
+                # A request's headers began and are not whole yet: their deadline starts now. Headers that end in
+                # the chunk they began in (nearly every request's) arm no timer: one set and cancelled per request
+                # was a measurable share of an append.
+                self._arm()
 
         def on_headers_complete(self) -> None:
             self._in_headers = False

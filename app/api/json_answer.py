@@ -18,4 +18,5 @@ class JsonAnswer(Response):
         self.status_code = status
         self.background = None
         self.body = body
-        self.raw_headers = [*lines, (b"content-length", b"%d" % len(body)), (b"content-type", b"application/json")]
+        length = [] if status < 200 or status in (204, 304) else [(b"content-length", b"%d" % len(body))]
+        self.raw_headers = [*lines, *length, (b"content-type", b"application/json")]

@@ -111,17 +111,19 @@ class AppendQueue(Generic[R]):
     async def _write_alone(self, key: SessionKey, waiting: WaitingAppend[R]) -> R:
         """The append to a session no operation holds is a batch of its own, written in its request's task (a task
         of its own for it was a measurable share of an append). The appends that arrive meanwhile wait for the next
-        batch, as they would behind a drainer. A cancellation of the request (only a forced shutdown cancels one)
-        ends this append unacknowledged and whole: the backends leave nothing of a cancelled write (the file writer
-        cuts its bytes back, a transaction rolls back), and no other request's append is in its batch."""
+        batch, as they would behind a drainer. A cancellation of the request (under uvicorn, only a shutdown past its
+        grace cancels one) cancels this append's write, unanswered, as a crash would: its outcome is unknown (the
+        file writer cuts back what it may have written before the file's next write, or at close; a database may
+        have committed it), never half made, and no other request's append is in its batch."""
         self._waiting[key] = []
         self._alone += 1
         try:
             await self._locks.run_here(key, lambda: self._write_batch(key, [waiting]))
         except Exception as exc:  # a bug: answered as a drainer answers a batch it could not write
             waiting.fail(exc)
-        except BaseException:  # cancelled: no one is left to answer
-            waiting.answer.cancel()
+        except BaseException:  # cancelled: no one is left to read the answer
+            if not waiting.answer.cancel() and not waiting.answer.cancelled():
+                waiting.answer.exception()  # a refusal already given is not reported as never read
             raise
         finally:
             self._alone -= 1

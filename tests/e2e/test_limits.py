@@ -100,6 +100,22 @@ def test_a_kept_alive_connections_next_headers_that_stop_arriving_get_408(start_
     assert READ_TIMEOUT * 0.9 <= waited < READ_TIMEOUT + 3
 
 
+def test_headers_that_stall_after_blank_lines_get_408(start_server: StartServer) -> None:
+    """Blank lines before a request line are skipped by the parser: the empty line they hold is not the end of the
+    headers that follow."""
+    server = start_server(None, "--read-timeout", str(READ_TIMEOUT))
+    with connect(server.port) as conn:
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        first = conn.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 "), first
+        started = time.monotonic()
+        conn.sendall(b"\r\n\r\nGET /sessions HTTP/1.1\r\nHost: localhost\r\n")
+        answer = read_answer(conn)
+        waited = time.monotonic() - started
+    assert_problem(answer, 408, "REQUEST_TIMEOUT")
+    assert READ_TIMEOUT * 0.9 <= waited < READ_TIMEOUT + 3
+
+
 def test_a_body_that_stops_arriving_gets_408_within_the_read_timeout(start_server: StartServer) -> None:
     server = start_server(None, "--read-timeout", str(READ_TIMEOUT))
     with connect(server.port) as conn:

@@ -129,13 +129,14 @@ class ProcessSyncer:
             length = CODE_BYTES * (size + 1)
             if len(self._answers) < length:
                 return
-            codes = [
-                int.from_bytes(self._answers[start : start + CODE_BYTES], "little")
-                for start in range(0, length, CODE_BYTES)
-            ]
-            self._answers = self._answers[length:]
+            answer, self._answers = self._answers[:length], self._answers[length:]
             self._waiting.popleft()
-            round_code, *append_codes = codes
+            if answer.count(0) == length:  # the common answer: the round and each append durable
+                done(None, {})
+                continue
+            round_code, *append_codes = [
+                int.from_bytes(answer[start : start + CODE_BYTES], "little") for start in range(0, length, CODE_BYTES)
+            ]
             done(
                 _error(round_code) if round_code else None,
                 {place: _error(code) for place, code in enumerate(append_codes) if code},

@@ -12,6 +12,7 @@ where the driver's errors are translated (:mod:`~app.backends.postgres.errors`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Mapping, Sequence
@@ -271,8 +272,8 @@ class PostgresBackend(PostgresReads):
                             await check_quota(conn, self._chains, key.tenant, limits, 0, len(staged.lines))
                             row = await conn.fetchrow(statement, *params)
                     committed = time.perf_counter() - started
-        except StorageUnavailable:
-            self._tips.drop(key)  # the outcome is unknown: the next tip reads the row
+        except (StorageUnavailable, asyncio.CancelledError):
+            self._tips.drop(key)  # the outcome is unknown (the database, or the request, went away): read the row next
             raise
         if row is None:
             raise StaleHead(f'session "{key.id}" moved (or was replaced) since the batch was staged')

@@ -79,7 +79,7 @@ class AppendQueue(Generic[R]):
         # A session is in here while its drainer runs: appends that arrive meanwhile join its next batch.
         self._waiting: dict[SessionKey, list[WaitingAppend[R]]] = {}
         self._drainers: set[asyncio.Future[None]] = set()
-        self._alone = 0  # appends written in their own request's task (see _write_alone)
+        self._writing_alone = 0  # appends written in their own request's task (see _write_alone)
         self._idle: asyncio.Event | None = None  # set when the last of those ends, for drained()
 
     async def submit(
@@ -116,7 +116,7 @@ class AppendQueue(Generic[R]):
         file writer cuts back what it may have written before the file's next write, or at close; a database may
         have committed it), never half made, and no other request's append is in its batch."""
         self._waiting[key] = []
-        self._alone += 1
+        self._writing_alone += 1
         try:
             await self._locks.run_here(key, lambda: self._write_batch(key, [waiting]))
         except Exception as exc:  # a bug: answered as a drainer answers a batch it could not write
@@ -126,19 +126,16 @@ class AppendQueue(Generic[R]):
                 waiting.answer.exception()  # a refusal already given is not reported as never read
             raise
         finally:
-            self._alone -= 1
-            if self._waiting.get(key):
-                self._start_drainer(key)
-            else:
-                self._waiting.pop(key, None)
-            if not self._alone and self._idle is not None:
+            self._writing_alone -= 1
+            self._hand_on(key)
+            if not self._writing_alone and self._idle is not None:
                 self._idle.set()
         return waiting.answer.result()
 
     async def drained(self) -> None:
         """Wait until every batch handed over so far is written (at shutdown)."""
-        while self._drainers or self._alone:
-            if self._alone:
+        while self._drainers or self._writing_alone:
+            if self._writing_alone:
                 self._idle = self._idle or asyncio.Event()
                 await self._idle.wait()
                 self._idle = None
@@ -162,12 +159,16 @@ class AppendQueue(Generic[R]):
             if not isinstance(exc, Exception):
                 raise
         finally:
-            if self._waiting.get(key):
-                # The next batch queues on the session's lock like any operation: a delete or a fork waiting there
-                # goes first.
-                self._start_drainer(key)
-            else:
-                self._waiting.pop(key, None)
+            self._hand_on(key)
+
+    def _hand_on(self, key: SessionKey) -> None:
+        """A batch of ``key`` ended: the appends that arrived meanwhile are its next batch, if any."""
+        if self._waiting.get(key):
+            # The next batch queues on the session's lock like any operation: a delete or a fork waiting there goes
+            # first.
+            self._start_drainer(key)
+        else:
+            self._waiting.pop(key, None)
 
 
 class BatchWriter:

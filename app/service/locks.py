@@ -30,7 +30,7 @@ class KeyedLocks(Generic[K]):
         """The task that runs ``work`` alone among the operations on ``key`` (queued behind those before it), in
         ``context`` (by default a copy of the caller's: a trace's current span, for one)."""
         lock = self._join(key)  # in line now, not when the task first runs
-        return asyncio.get_running_loop().create_task(self._alone(key, lock, work), context=context)
+        return asyncio.get_running_loop().create_task(self._run_holding(key, lock, work), context=context)
 
     def idle(self, key: K) -> bool:
         """Whether no operation on ``key`` runs or waits."""
@@ -39,7 +39,7 @@ class KeyedLocks(Generic[K]):
     async def run_here(self, key: K, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work`` in the calling task, alone among the operations on ``key`` (queued behind those before it).
         Unlike :meth:`run`, cancelling the caller cancels ``work``: for work that a cancellation leaves whole."""
-        return await self._alone(key, self._join(key), work)
+        return await self._run_holding(key, self._join(key), work)
 
     def _join(self, key: K) -> asyncio.Lock:
         lock, users = self._locks.get(key, (None, 0))
@@ -48,7 +48,7 @@ class KeyedLocks(Generic[K]):
         self._locks[key] = (lock, users + 1)
         return lock
 
-    async def _alone(self, key: K, lock: asyncio.Lock, work: Callable[[], Awaitable[T]]) -> T:
+    async def _run_holding(self, key: K, lock: asyncio.Lock, work: Callable[[], Awaitable[T]]) -> T:
         try:
             async with lock:
                 return await work()

@@ -406,9 +406,7 @@ class FileBackend(CatalogReads):
     async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[IdempotencyRecord] = ()) -> None:
         live = self.catalog.staged_on(key, staged.base_count)
         self.remembered.check_free(remember)
-        placed = []
-        if remember:  # most appends carry no key: no call at all then
-            placed = await self._write_records([(record, _digest_of(staged, record)) for record in remember])
+        placed = await self._write_records([(record, _digest_of(staged, record)) for record in remember])
         events = len(staged.events)
         with (
             disk_errors(Access.CHANGE, f"append to session {key.id!r}"),

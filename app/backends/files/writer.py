@@ -84,8 +84,7 @@ class AppendWriter:
         if refused."""
         if self._closed:
             raise ChangeRefused("the store is shutting down")
-        if path in self._threads:
-            await self._settled(path)
+        await self._settled(path)
         with self._lock:
             cut = self._unclean.get(path)
         if cut is not None:  # refused bytes are cut away, durably, before anything is written after them

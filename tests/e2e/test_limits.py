@@ -74,30 +74,35 @@ def test_headers_just_under_the_limit_are_served(start_server: StartServer) -> N
     assert status == 200, body
 
 
+def assert_408_after_stalling(conn: socket.socket, sent: bytes) -> None:
+    """Send ``sent`` and nothing more: the answer is 408 REQUEST_TIMEOUT, after about the read timeout."""
+    started = time.monotonic()
+    conn.sendall(sent)
+    answer = read_answer(conn)
+    waited = time.monotonic() - started
+    assert_problem(answer, 408, "REQUEST_TIMEOUT")
+    assert READ_TIMEOUT * 0.9 <= waited < READ_TIMEOUT + 3
+
+
+def serve_one_kept_alive(conn: socket.socket) -> None:
+    """A whole request in one piece, answered; the connection stays open after it."""
+    conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    first = conn.recv(65536)
+    assert first.startswith(b"HTTP/1.1 200 ") and first.endswith(b'{"status":"ok"}'), first
+
+
 def test_headers_that_stop_arriving_get_408_within_the_read_timeout(start_server: StartServer) -> None:
     server = start_server(None, "--read-timeout", str(READ_TIMEOUT))
     with connect(server.port) as conn:
-        started = time.monotonic()
-        conn.sendall(b"GET /sessions HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
-        answer = read_answer(conn)
-        waited = time.monotonic() - started
-    assert_problem(answer, 408, "REQUEST_TIMEOUT")
-    assert READ_TIMEOUT * 0.9 <= waited < READ_TIMEOUT + 3
+        assert_408_after_stalling(conn, b"GET /sessions HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
 
 
 def test_a_kept_alive_connections_next_headers_that_stop_arriving_get_408(start_server: StartServer) -> None:
     server = start_server(None, "--read-timeout", str(READ_TIMEOUT))
     with connect(server.port) as conn:
-        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")  # whole headers in one piece
-        first = conn.recv(65536)  # the connection stays open after it
-        assert first.startswith(b"HTTP/1.1 200 ") and first.endswith(b'{"status":"ok"}'), first
+        serve_one_kept_alive(conn)
         time.sleep(READ_TIMEOUT * 1.5)  # idle between requests is keep-alive's to bound, not the headers' deadline
-        started = time.monotonic()
-        conn.sendall(b"GET /sessions HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
-        answer = read_answer(conn)
-        waited = time.monotonic() - started
-    assert_problem(answer, 408, "REQUEST_TIMEOUT")
-    assert READ_TIMEOUT * 0.9 <= waited < READ_TIMEOUT + 3
+        assert_408_after_stalling(conn, b"GET /sessions HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
 
 
 def test_headers_that_stall_after_blank_lines_get_408(start_server: StartServer) -> None:
@@ -105,29 +110,18 @@ def test_headers_that_stall_after_blank_lines_get_408(start_server: StartServer)
     headers that follow."""
     server = start_server(None, "--read-timeout", str(READ_TIMEOUT))
     with connect(server.port) as conn:
-        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
-        first = conn.recv(65536)
-        assert first.startswith(b"HTTP/1.1 200 "), first
-        started = time.monotonic()
-        conn.sendall(b"\r\n\r\nGET /sessions HTTP/1.1\r\nHost: localhost\r\n")
-        answer = read_answer(conn)
-        waited = time.monotonic() - started
-    assert_problem(answer, 408, "REQUEST_TIMEOUT")
-    assert READ_TIMEOUT * 0.9 <= waited < READ_TIMEOUT + 3
+        serve_one_kept_alive(conn)
+        assert_408_after_stalling(conn, b"\r\n\r\nGET /sessions HTTP/1.1\r\nHost: localhost\r\n")
 
 
 def test_a_body_that_stops_arriving_gets_408_within_the_read_timeout(start_server: StartServer) -> None:
     server = start_server(None, "--read-timeout", str(READ_TIMEOUT))
     with connect(server.port) as conn:
-        started = time.monotonic()
-        conn.sendall(
+        assert_408_after_stalling(
+            conn,
             b"POST /sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-            b'Content-Length: 1000\r\n\r\n{"id": "slow'
+            b'Content-Length: 1000\r\n\r\n{"id": "slow',
         )
-        answer = read_answer(conn)
-        waited = time.monotonic() - started
-    assert_problem(answer, 408, "REQUEST_TIMEOUT")
-    assert READ_TIMEOUT * 0.9 <= waited < READ_TIMEOUT + 3
     assert server.get("/sessions/slow").status_code == 404
 
 

@@ -16,17 +16,18 @@ from tests.service.harness import HeldAppends
 KEY = SessionKey(DEFAULT_TENANT, "s")
 
 
-async def started(backend: HeldAppends) -> SessionService:
+async def started() -> tuple[HeldAppends, SessionService]:
+    """A service whose appends wait for ``release``, with session ``s`` holding one turn (8 events)."""
+    backend = HeldAppends(Clock())
     service = SessionService(backend, clock=Clock())
     await service.start()
     await service.create(DEFAULT_TENANT, "s", simple_turn(1), None)
-    return service
+    return backend, service
 
 
 def test_a_delete_waiting_behind_an_append_goes_before_the_appends_that_came_after_it() -> None:
     async def run() -> None:
-        backend = HeldAppends(Clock())
-        service = await started(backend)
+        backend, service = await started()
         first = asyncio.ensure_future(service.append(KEY, simple_turn(2)))
         await asyncio.sleep(0.01)
         deleting = asyncio.ensure_future(service.delete(KEY))
@@ -47,8 +48,7 @@ def test_a_delete_waiting_behind_an_append_goes_before_the_appends_that_came_aft
 
 def test_appends_that_arrive_while_one_is_written_are_stored_after_it_in_order() -> None:
     async def run() -> None:
-        backend = HeldAppends(Clock())
-        service = await started(backend)
+        backend, service = await started()
         first = asyncio.ensure_future(service.append(KEY, simple_turn(2)))
         await asyncio.sleep(0.01)
         later = [asyncio.ensure_future(service.append(KEY, simple_turn(turn))) for turn in (3, 4, 5)]
@@ -63,8 +63,7 @@ def test_appends_that_arrive_while_one_is_written_are_stored_after_it_in_order()
 
 def test_stop_waits_for_an_append_being_written() -> None:
     async def run() -> None:
-        backend = HeldAppends(Clock())
-        service = await started(backend)
+        backend, service = await started()
         writing = asyncio.ensure_future(service.append(KEY, simple_turn(2)))
         await asyncio.sleep(0.01)
         stopping = asyncio.ensure_future(service.stop())
@@ -73,15 +72,15 @@ def test_stop_waits_for_an_append_being_written() -> None:
         backend.release.set()
         assert (await writing).session.head.count == 16
         await stopping
-        assert (await backend.find(KEY)) is not None and (await backend.find(KEY)).head.count == 16  # type: ignore[union-attr]
+        stored = await backend.find(KEY)
+        assert stored is not None and stored.head.count == 16
 
     asyncio.run(run())
 
 
 def test_a_cancelled_append_stores_nothing_and_the_next_one_is_stored_after_the_last_answered() -> None:
     async def run() -> None:
-        backend = HeldAppends(Clock())
-        service = await started(backend)
+        backend, service = await started()
         cancelled = asyncio.ensure_future(service.append(KEY, simple_turn(2)))
         await asyncio.sleep(0.01)
         cancelled.cancel()

@@ -66,11 +66,11 @@ async def _read_raw(request: Request, *, limit: int, read_timeout: float, first_
     client sends nothing for ``read_timeout`` seconds (spec 9). One deadline for the whole read, moved on at each
     chunk: the common one-chunk body costs one timer."""
     receive = request.receive
-    loop = asyncio.get_running_loop()
     chunks: list[bytes] = []
     if request.scope.get(BODY_ARRIVED):
         await _receive_chunks(receive, chunks, limit=limit, first_chunk_only=first_chunk_only)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(read_timeout) as deadline:
 

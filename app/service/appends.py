@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from app.backends.base import Backend, IdempotencyRecord, Tip
 from app.backends.errors import IdempotencyKeyTaken, StaleHead
+from app.backends.running_loop import RunningLoop
 from app.domain.errors import ErrorCode, EventRejected, SessionError
 from app.domain.log import StagedEvents, join_staged, replace_targets, stage
 from app.domain.session import Session, SessionKey, check_live, head_of
@@ -81,6 +82,7 @@ class AppendQueue(Generic[R]):
         self._drainers: set[asyncio.Future[None]] = set()
         self._writing_alone = 0  # appends written in their own request's task (see _write_alone)
         self._idle: asyncio.Event | None = None  # set when the last of those ends, for drained()
+        self._loop = RunningLoop()
 
     async def submit(
         self,
@@ -93,7 +95,7 @@ class AppendQueue(Generic[R]):
         record: Callable[[R], IdempotencyRecord] | None = None,
         claimed: tuple[str, str] | None = None,
     ) -> R:
-        answer: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[R] = self._loop.get().create_future()
         waiting = WaitingAppend(events, expected_seq, instance, breaks, answer, record, claimed)
         queue = self._waiting.get(key)
         if queue is None and self._locks.idle(key):

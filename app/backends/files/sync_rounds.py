@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.backends.files.syncers import RoundAppend, Syncer, SyncTarget
+from app.backends.running_loop import RunningLoop
 
 __all__ = ["SyncRounds"]
 
@@ -34,12 +35,13 @@ class SyncRounds:
         self._next: _Round | None = None
         self._idle: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # where the rounds are answered
+        self._running_loop = RunningLoop()
         self._in_rounds: dict[int, int] = {}  # descriptors of the running and next rounds, with how often
 
     async def durable(self, target: SyncTarget, lines: bytes, events: int) -> None:
         """Append ``lines`` to ``target`` (none: written already) and wait until the file is durable; the OSError of
         its write or sync if either failed."""
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop.get()
         if loop is not self._loop:
             self._moved_to(loop)
         joining = self._next

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from app.backends.observer import StorageObserver
+from app.domain.fast_init import fast_init
 from app.domain.limits import TenantLimits
 from app.domain.listing import PageRequest
 from app.domain.log import SessionLog
@@ -73,6 +74,7 @@ class SeedPrefix:
 Seed = SeedLog | SeedPrefix
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Tip:
     """What an append is checked against: the session, its log's rules and events, and whether that view may be

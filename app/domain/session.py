@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 from app.domain.errors import ErrorCode, SessionError
+from app.domain.fast_init import fast_init
 from app.domain.jsonvalue import is_safe_integer
 from app.domain.log_state import LogState
 
@@ -150,6 +151,7 @@ if {field.attr for field in HEADER_FIELDS} - _HEADER_ATTRS:
     raise RuntimeError("HEADER_FIELDS names an attribute SessionHeader lacks")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class LogHead:
     """Where a session's log stands: what the Session resource says of it."""
@@ -185,6 +187,7 @@ def head_of(state: LogState) -> LogHead:
     )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Session:
     """A live session at one instant: the Session resource of spec 3."""

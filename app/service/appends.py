@@ -18,6 +18,7 @@ from app.backends.base import Backend, IdempotencyRecord, Tip
 from app.backends.errors import IdempotencyKeyTaken, StaleHead
 from app.backends.running_loop import RunningLoop
 from app.domain.errors import ErrorCode, EventRejected, SessionError
+from app.domain.fast_init import fast_init
 from app.domain.log import StagedEvents, join_staged, replace_targets, stage
 from app.domain.session import Session, SessionKey, check_live, head_of
 from app.service.changes import ChangeFeed
@@ -34,6 +35,7 @@ R = TypeVar("R")
 STALE_RETRIES = 16
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Appended:
     """An append's answer: the stored events (as values and as their JSONL lines) and the session right after."""

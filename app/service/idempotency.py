@@ -23,6 +23,7 @@ from typing import Protocol
 
 from app.backends.base import Backend, IdempotencyRecord
 from app.backends.errors import IdempotencyKeyTaken, StorageError
+from app.domain.fast_init import fast_init
 from app.domain.session import Session
 from app.service.appends import Appended
 from app.service.errors import IdempotencyKeyInProgress, IdempotencyKeyReused
@@ -53,6 +54,7 @@ class IdempotentRequest:
     fingerprint: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Answer:
     """A change's HTTP answer, as kept for its retries."""

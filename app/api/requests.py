@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -149,12 +149,16 @@ class BodyShape:
     members: tuple[Member, ...]
     element_member: str | None = None
     empty_is_object: bool = True
+    allowed: frozenset[str] = field(init=False, repr=False, compare=False)  # the members' names
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allowed", frozenset(member.name for member in self.members))
 
     def parse(self, body: JsonBody) -> dict[str, Any]:
         """Every member by name, checked in the declared order (a member absent or null is None)."""
-        allowed = frozenset(member.name for member in self.members)
-        unknown = sorted(key for key in body.members if key not in allowed)
-        if unknown:
+        allowed = self.allowed
+        if not body.members.keys() <= allowed:
+            unknown = sorted(key for key in body.members if key not in allowed)
             raise RequestProblem(
                 ErrorCode.INVALID_REQUEST,
                 f"unknown body member {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}",

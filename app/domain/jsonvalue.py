@@ -245,7 +245,8 @@ def _canonical_value(raw: bytes) -> Any:
     if _NEGATIVE_ZERO.search(raw) is not None:
         return _NOT_CANONICAL
     digits = raw.translate(_DIGITS_AS_ZERO)
-    if _LONG_DIGITS in digits or b"0e" in digits or b"0E" in digits:
+    # find, not ``in``: bytes' ``in`` tries its operand as an integer first, making and dropping a TypeError each time.
+    if digits.find(_LONG_DIGITS) >= 0 or digits.find(b"0e") >= 0 or digits.find(b"0E") >= 0:
         return _NOT_CANONICAL
     try:
         value = orjson.loads(raw)

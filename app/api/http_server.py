@@ -94,6 +94,11 @@ class CoalescingTransport:
         self._pending_bytes = 0
         self._transport.abort()
 
+    def is_closing(self) -> bool:
+        # Here, not through __getattr__: uvicorn asks once a request, and a name found only by __getattr__ costs a
+        # formatted AttributeError first.
+        return self._transport.is_closing()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 

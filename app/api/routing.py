@@ -94,12 +94,12 @@ def new_router() -> Routes:
 
 
 def service_of(request: Request) -> SessionService:
-    service: SessionService = request.app.state.service
+    service: SessionService = request.app.service  # a ForklogApp's (app.api.app)
     return service
 
 
 def settings_of(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
+    settings: Settings = request.app.settings
     return settings
 
 

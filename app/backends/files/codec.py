@@ -150,13 +150,14 @@ def may_round_trip_lossily(text: bytes) -> bool:
     """Whether canonical JSON ``text`` may hold a number orjson reads lossily (see above); never a false no."""
     shape = text.translate(_SHAPE)
     # (plain searches first, the regexes only where an exponent may be: a start checks every stored line with this)
-    if _SIXTEEN_NUMBER_CHARACTERS in shape or shape.startswith(_SIXTEEN_NUMBER_CHARACTERS[1:]):
+    # (find, not ``in``: bytes' ``in`` tries its operand as an integer first, making and dropping a TypeError)
+    if shape.find(_SIXTEEN_NUMBER_CHARACTERS) >= 0 or shape.startswith(_SIXTEEN_NUMBER_CHARACTERS[1:]):
         return True
     if _MAY_BE_EXPONENT.search(shape) is not None and (
         _LOSSY_TOKEN.search(shape) is not None or _LOSSY_FIRST_TOKEN.match(shape) is not None
     ):
         return True
-    return b"-0.0" in text and _NEGATIVE_ZERO.search(text) is not None
+    return text.find(b"-0.0") >= 0 and _NEGATIVE_ZERO.search(text) is not None
 
 
 def loads_stored(line: bytes) -> tuple[Any, list[Break]]:

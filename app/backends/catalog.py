@@ -1,11 +1,11 @@
 """The live sessions one process holds in memory, for the backends that keep every log in memory (memory, files).
 
 Sessions are found by key, listed in creation order per tenant (and per parent, for lineage) or in the order of
-their last activity (``updatedAt``, per tenant: kept sorted as sessions change, so a page of the most recent ones
-costs O(log n + page), spec 12), and given their ``createdAt``: max(now, 1 + the largest one this process has
-loaded or assigned *for that tenant*), corrupt sessions' included, so creation order holds even if the clock steps
-back. The clock is per tenant (spec 9): a shared one would let a tenant count another's creates from the gaps
-between its own ``createdAt`` values.
+their last activity (``updatedAt``, per tenant: kept sorted, a session whose log grew moving when that order is
+next read, so a page of the most recent ones costs O(log n + page) beyond those moves, spec 12), and given their
+``createdAt``: max(now, 1 + the largest one this process has loaded or assigned *for that tenant*), corrupt sessions'
+included, so creation order holds even if the clock steps back. The clock is per tenant (spec 9): a shared one
+would let a tenant count another's creates from the gaps between its own ``createdAt`` values.
 """
 
 from __future__ import annotations
@@ -143,6 +143,8 @@ class Catalog:
         self._by_parent: dict[tuple[str, str], _Ordered] = {}
         self._max_created_at: dict[str, int] = {}  # by tenant
         self._by_update: dict[str, SortedList] = {}  # per tenant: (updatedAt, id) of each live session
+        # Sessions whose log grew since the order by updatedAt was last read: moved in it at that read (see touch).
+        self._moved: dict[LiveSession, None] = {}
 
     def __len__(self) -> int:
         return len(self._live)
@@ -207,7 +209,8 @@ class Catalog:
         if live is None:
             return
         self._by_tenant[key.tenant].remove(live)
-        self._by_update[key.tenant].discard((live.updated_at, live.id))
+        self._by_update[key.tenant].discard((live.updated_at, live.id))  # where it stands, moved or not
+        self._moved.pop(live, None)
         parent = live.header.parent_session
         if parent is not None:
             self._by_parent[(key.tenant, parent)].remove(live)
@@ -232,14 +235,23 @@ class Catalog:
         return live
 
     def touch(self, live: LiveSession) -> None:
-        """``live``'s log grew: move it in the order by ``updatedAt``."""
-        updated_at = live.last_activity()
-        if updated_at == live.updated_at or self._live.get(live.key) is not live:
-            return
-        by_update = self._by_update[live.key.tenant]
-        by_update.discard((live.updated_at, live.id))
-        live.updated_at = updated_at
-        by_update.add((updated_at, live.id))
+        """``live``'s log grew: it moves in the order by ``updatedAt`` when that order is next read. Moving it on
+        every append cost a SortedList removal and insertion each (a few percent of an append); once a read, a
+        session that grew many times meanwhile moves once, and a page still costs O(log n + page) beyond the
+        moves."""
+        self._moved[live] = None
+
+    def _settle_moves(self) -> None:
+        """Move every session whose log grew since the last read to where its ``updatedAt`` puts it."""
+        moved, self._moved = self._moved, {}
+        for live in moved:
+            updated_at = live.last_activity()
+            if updated_at == live.updated_at or self._live.get(live.key) is not live:
+                continue
+            by_update = self._by_update[live.key.tenant]
+            by_update.discard((live.updated_at, live.id))
+            live.updated_at = updated_at
+            by_update.add((updated_at, live.id))
 
     def page(self, tenant: str, request: PageRequest) -> list[LiveSession]:
         query = request.query
@@ -260,6 +272,8 @@ class Catalog:
             if ordered is not None:
                 yield from ordered.before(after) if query.descending else ordered.after(after)
             return
+        if self._moved:
+            self._settle_moves()
         by_update = self._by_update.get(tenant)
         if by_update is None:
             return

@@ -218,6 +218,21 @@ async def test_a_list_by_last_activity_follows_the_appends(backend: Backend) -> 
     assert await ids(backend, BY_UPDATE) == ["a", "b"]
 
 
+async def test_a_list_after_many_appends_and_a_delete_puts_each_session_at_its_last_append(backend: Backend) -> None:
+    for name in ("a", "b", "c", "d"):
+        await create(backend, name)
+    assert await ids(backend, BY_UPDATE) == ["d", "c", "b", "a"]
+    for name in ("b", "d", "b", "a", "c"):  # several sessions grow between two lists, "b" twice
+        await append_now(backend, name, [note_event()])
+    await backend.delete(key("d"))  # grew, then went: never listed again
+    assert await ids(backend, BY_UPDATE) == ["c", "a", "b"]
+    assert await ids(backend, ListQuery(order="updated")) == ["b", "a", "c"]
+    a = await found(backend, "a")
+    await append_now(backend, "b", [note_event()])
+    assert await ids(backend, BY_UPDATE, BY_UPDATE.key_of(a)) == []  # after "a": "b" moved ahead of it
+    assert await ids(backend, ListQuery(order="updated"), ListQuery(order="updated").key_of(a)) == ["c", "b"]
+
+
 async def test_pages_by_last_activity_continue_after_a_key_in_either_direction(backend: Backend) -> None:
     for name in ("a", "b", "c", "d"):
         await create(backend, name)

@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from opentelemetry.sdk.trace import TracerProvider
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.api.app_state import AppState
 from app.api.append_shortcut import AppendShortcut
 from app.api.exposure import check_exposure
 from app.api.gateway import Gateway
@@ -61,10 +63,10 @@ class ForklogApp(FastAPI):
     a measurable share of an append's CPU; none of them did anything for an append. The lifespan goes to FastAPI."""
 
     front: ASGIApp | None = None  # the gateway, set once the app is built
-    # Also in ``state`` (as Starlette keeps an app's things); read from here on every request, since a name in a
-    # Starlette ``State`` is found only after a formatted AttributeError.
-    service: SessionService
-    settings: Settings
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.state = AppState()  # read on every request (app.api.app_state)
 
     async def framework(self, scope: Scope, receive: Receive, send: Send) -> None:
         """FastAPI's own handling of a request: what the gateway and the shortcut hand on."""
@@ -143,8 +145,8 @@ def create_app(
         # forklog exports no OpenTelemetry data; with it off FastAPI skips a provider check on every request.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    app.state.settings = app.settings = settings
-    app.state.service = app.service = service
+    app.state.settings = settings
+    app.state.service = service
     app.state.metrics = metrics
     install_problem_handlers(app, [route for router in routers for route in router.routes])
     for router in routers:

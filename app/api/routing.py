@@ -94,12 +94,12 @@ def new_router() -> Routes:
 
 
 def service_of(request: Request) -> SessionService:
-    service: SessionService = request.app.service  # a ForklogApp's (app.api.app)
+    service: SessionService = request.app.state.service
     return service
 
 
 def settings_of(request: Request) -> Settings:
-    settings: Settings = request.app.settings
+    settings: Settings = request.app.state.settings
     return settings
 
 

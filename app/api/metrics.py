@@ -9,7 +9,8 @@ only when asked for (``FORKLOG_METRICS_TENANT_LABEL``).
 Why not prometheus-client's own metric objects on the hot path: each of their updates takes a lock and checks the
 metric, several microseconds an append once there are a dozen of them, against spec 13's 3%. Here an answer adds to
 plain numbers (each is written by one thread only: the event loop, the storage's sync rounds included); a scrape
-turns them into prometheus-client's metric families (a custom collector) and its exposition.
+turns them into prometheus-client's metric families (a custom collector) and its exposition. Beside them, the
+process's own standard metrics (``process_*``, ``python_gc_*``), as prometheus-client's default registry has them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.utils import floatToGoString
@@ -80,6 +81,10 @@ class Metrics(SessionObserver):
         self.spans_dropped = 0
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
+        # What prometheus-client's default registry would show of the process (its CPU, memory and descriptors, and
+        # the collector's runs per generation): read at a scrape only.
+        ProcessCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
 
     # -- HTTP ------------------------------------------------------------------------------------------------------
 

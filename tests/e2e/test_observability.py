@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import os
@@ -26,7 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from app.domain.access import ApiKey, Scope, digest_of, key_line, new_secret
 from tests.api.builders import note
 from tests.e2e.conftest import StartServer
-from tests.e2e.server import GRACEFUL_EXITS, free_port
+from tests.e2e.server import GRACEFUL_EXITS, Server, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -155,6 +156,37 @@ def test_the_stream_gauge_follows_open_streams(start_server: StartServer) -> Non
     while subscribers() != 0:
         assert time.monotonic() < deadline, "the closed stream is still counted"
         time.sleep(0.05)
+
+
+def _young_collections(server: Server) -> float:
+    """The server process's runs of the cyclic collector over its youngest generation, from its own metrics."""
+    text = server.get("/metrics").text
+    return float(re.search(r'^python_gc_collections_total\{generation="0"\} (\S+)$', text, re.MULTILINE)[1])  # type: ignore[index]
+
+
+def test_durable_appends_from_many_clients_seldom_wake_the_cyclic_collector(start_server: StartServer) -> None:
+    # The requests waiting on one sync round keep their objects alive together and free them together. With Python's
+    # default threshold, that ran a collection over every waiting request about once a round; the served process
+    # collects only when far more objects than that are young.
+    server = start_server(fsync=True)
+    clients, appends = 32, 40
+    for number in range(clients):
+        assert server.post("/sessions", {"id": f"s{number}"}).status_code == 201
+
+    async def appender(number: int) -> set[int]:
+        async with httpx.AsyncClient(base_url=server.base, timeout=30) as client:
+            return {
+                (await client.post(f"/sessions/s{number}/events", json={"events": [note(str(n))]})).status_code
+                for n in range(appends)
+            }
+
+    async def load() -> list[set[int]]:
+        return await asyncio.gather(*(appender(number) for number in range(clients)))
+
+    before = _young_collections(server)
+    assert all(statuses == {201} for statuses in asyncio.run(load()))
+    collections = _young_collections(server) - before
+    assert collections <= clients * appends / 100, f"{collections:.0f} collections over {clients * appends} appends"
 
 
 @pytest.fixture

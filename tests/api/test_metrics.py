@@ -36,6 +36,17 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+def test_the_process_and_its_collector_are_reported_as_prometheus_client_reports_them(
+    make_client: ClientFactory,
+) -> None:
+    samples = scrape(make_client())
+    assert value(samples, "process_resident_memory_bytes") > 0
+    assert value(samples, "process_cpu_seconds_total") > 0
+    assert {labels for name, labels in samples if name == "python_gc_collections_total"} == {
+        (("generation", str(generation)),) for generation in range(3)
+    }
+
+
 def test_forklog_counts_what_it_stored_and_how_it_synced(make_client: ClientFactory) -> None:
     client = make_client()
     assert client.post("/sessions", json={"id": "s1", "seed": turn(1)}).status_code == 201

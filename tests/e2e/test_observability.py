@@ -279,6 +279,8 @@ EXPOSED = {
     "forklog_problems_total",
     "forklog_trace_spans_dropped_total",
 }
+# The process's standard metrics (prometheus-client's process and collector ones) that the dashboard charts.
+PROCESS_CHARTED = {"process_cpu_seconds_total", "process_resident_memory_bytes", "python_gc_collections_total"}
 
 
 def test_the_metrics_profile_scrapes_each_replica_with_a_bearer_key() -> None:
@@ -309,3 +311,4 @@ def test_the_dashboard_charts_every_metric_and_only_those_served() -> None:
         for name in re.findall(r"\b((?:http_server|forklog)_\w+)", expressions)
     }
     assert named == EXPOSED
+    assert set(re.findall(r"\b((?:process|python_gc)_\w+)", expressions)) == PROCESS_CHARTED

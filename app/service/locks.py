@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, TypeVar
 
 __all__ = ["KeyedLocks"]
 
@@ -36,10 +36,11 @@ class KeyedLocks(Generic[K]):
         """Whether no operation on ``key`` runs or waits."""
         return key not in self._locks
 
-    async def run_here(self, key: K, work: Callable[[], Awaitable[T]]) -> T:
+    def run_here(self, key: K, work: Callable[[], Awaitable[T]]) -> Coroutine[Any, Any, T]:
         """Run ``work`` in the calling task, alone among the operations on ``key`` (queued behind those before it).
-        Unlike :meth:`run`, cancelling the caller cancels ``work``: for work that a cancellation leaves whole."""
-        return await self._run_holding(key, self._join(key), work)
+        Unlike :meth:`run`, cancelling the caller cancels ``work``: for work that a cancellation leaves whole. The
+        caller awaits the coroutine returned, with no frame of this method's own between (see SessionService.append)."""
+        return self._run_holding(key, self._join(key), work)
 
     def _join(self, key: K) -> asyncio.Lock:
         lock, users = self._locks.get(key, (None, 0))

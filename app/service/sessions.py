@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -253,7 +253,7 @@ class SessionService:
 
     # -- append ----------------------------------------------------------------------------------------------------
 
-    async def append(
+    def append(
         self,
         key: SessionKey,
         events: Sequence[Any],
@@ -262,12 +262,13 @@ class SessionService:
         instance: str | None = None,
         breaks: dict[int, str] | None = None,
         change: IdempotentChange | None = None,
-    ) -> Appended:
+    ) -> Coroutine[Any, Any, Appended]:
         """Append a batch (atomically: all of it is stored, or none). Appends to one session that arrive while its
         previous batch is written are checked and written together (see :mod:`app.service.appends`); ``change``
-        keeps its idempotency record with the events."""
+        keeps its idempotency record with the events. A plain function handing on the queue's coroutine: an append
+        waiting on its sync passes one frame fewer each time it is suspended and resumed."""
         self._require_ready()
-        return await self._appends.submit(
+        return self._appends.submit(
             key,
             events,
             expected_seq=expected_seq,

@@ -23,6 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.domain.access import ApiKey, Scope, digest_of, key_line, new_secret
 from tests.api.builders import note
@@ -160,8 +161,12 @@ def test_the_stream_gauge_follows_open_streams(start_server: StartServer) -> Non
 
 def _young_collections(server: Server) -> float:
     """The server process's runs of the cyclic collector over its youngest generation, from its own metrics."""
-    text = server.get("/metrics").text
-    return float(re.search(r'^python_gc_collections_total\{generation="0"\} (\S+)$', text, re.MULTILINE)[1])  # type: ignore[index]
+    return next(
+        sample.value
+        for family in text_string_to_metric_families(server.get("/metrics").text)
+        for sample in family.samples
+        if sample.name == "python_gc_collections_total" and sample.labels == {"generation": "0"}
+    )
 
 
 def test_durable_appends_from_many_clients_seldom_wake_the_cyclic_collector(start_server: StartServer) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
@@ -12,12 +13,22 @@ __all__ = ["KeyedLocks"]
 T = TypeVar("T")
 K = TypeVar("K")
 
+# An operation's turn: None when the key was free as it joined (it holds it at once), else a future that is given a
+# result when the operation before it hands the key on.
+Turn = asyncio.Future[None] | None
+
 
 class KeyedLocks(Generic[K]):
-    """A lock per key, made on first use and dropped when no one holds or waits for it."""
+    """A line per key: the operation at its head holds the key, the others wait in the order they joined. A key is
+    kept only while someone holds it.
+
+    Not an ``asyncio.Lock`` per key: nearly every operation finds its key free, and then joining and leaving are a
+    dictionary's entry made and dropped, where a lock was made, acquired and released (several calls each time, on
+    every append)."""
 
     def __init__(self) -> None:
-        self._locks: dict[K, tuple[asyncio.Lock, int]] = {}
+        # Held keys, each with those waiting for it (None until the first waits).
+        self._held: dict[K, deque[asyncio.Future[None]] | None] = {}
 
     async def run(self, key: K, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work`` alone among the operations on ``key``; a caller that is cancelled does not cancel it (the
@@ -29,12 +40,12 @@ class KeyedLocks(Generic[K]):
     ) -> asyncio.Future[T]:
         """The task that runs ``work`` alone among the operations on ``key`` (queued behind those before it), in
         ``context`` (by default a copy of the caller's: a trace's current span, for one)."""
-        lock = self._join(key)  # in line now, not when the task first runs
-        return asyncio.get_running_loop().create_task(self._run_holding(key, lock, work), context=context)
+        turn = self._join(key)  # in line now, not when the task first runs
+        return asyncio.get_running_loop().create_task(self._run_holding(key, turn, work), context=context)
 
     def idle(self, key: K) -> bool:
         """Whether no operation on ``key`` runs or waits."""
-        return key not in self._locks
+        return key not in self._held
 
     def run_here(self, key: K, work: Callable[[], Awaitable[T]]) -> Coroutine[Any, Any, T]:
         """Run ``work`` in the calling task, alone among the operations on ``key`` (queued behind those before it).
@@ -42,20 +53,38 @@ class KeyedLocks(Generic[K]):
         caller awaits the coroutine returned, with no frame of this method's own between (see SessionService.append)."""
         return self._run_holding(key, self._join(key), work)
 
-    def _join(self, key: K) -> asyncio.Lock:
-        lock, users = self._locks.get(key, (None, 0))
-        if lock is None:
-            lock = asyncio.Lock()
-        self._locks[key] = (lock, users + 1)
-        return lock
+    def _join(self, key: K) -> Turn:
+        if key not in self._held:
+            self._held[key] = None
+            return None
+        waiting = self._held[key]
+        if waiting is None:
+            waiting = self._held[key] = deque()
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting.append(turn)
+        return turn
 
-    async def _run_holding(self, key: K, lock: asyncio.Lock, work: Callable[[], Awaitable[T]]) -> T:
+    async def _run_holding(self, key: K, turn: Turn, work: Callable[[], Awaitable[T]]) -> T:
+        if turn is not None:
+            try:
+                await turn
+            except BaseException:
+                # Cancelled in line. Had the turn come meanwhile, the key is this operation's to hand on; if not, its
+                # cancelled turn stays in line and is passed over.
+                if turn.done() and not turn.cancelled():
+                    self._hand_on(key)
+                raise
         try:
-            async with lock:
-                return await work()
+            return await work()
         finally:
-            held, remaining = self._locks[key]
-            if remaining <= 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (held, remaining - 1)
+            self._hand_on(key)
+
+    def _hand_on(self, key: K) -> None:
+        """The holder of ``key`` is done: the first still waiting holds it now, or no one does."""
+        waiting = self._held[key]
+        while waiting:
+            turn = waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        del self._held[key]

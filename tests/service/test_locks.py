@@ -4,6 +4,7 @@ turn came) neither runs nor keeps the others waiting, and a key no one holds is 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -19,7 +20,7 @@ class Recorder:
         self.most_at_once = 0
         self.release: dict[str, asyncio.Event] = {}
 
-    def work(self, name: str) -> object:
+    def work(self, name: str) -> Callable[[], Awaitable[str]]:
         self.release[name] = asyncio.Event()
 
         async def operation() -> str:
@@ -45,7 +46,7 @@ def test_operations_on_one_key_run_alone_in_the_order_they_joined() -> None:
     async def run() -> None:
         locks: KeyedLocks[str] = KeyedLocks()
         seen = Recorder()
-        tasks = [locks.start("s", seen.work(name)) for name in ("a", "b", "c")]  # type: ignore[arg-type]
+        tasks = [locks.start("s", seen.work(name)) for name in ("a", "b", "c")]
         await settle()
         assert seen.log == ["start a"]
         for name in ("a", "b", "c"):
@@ -63,8 +64,8 @@ def test_operations_on_other_keys_do_not_wait() -> None:
     async def run() -> None:
         locks: KeyedLocks[str] = KeyedLocks()
         seen = Recorder()
-        first = locks.start("s", seen.work("a"))  # type: ignore[arg-type]
-        other = locks.start("t", seen.work("b"))  # type: ignore[arg-type]
+        first = locks.start("s", seen.work("a"))
+        other = locks.start("t", seen.work("b"))
         await settle()
         assert seen.log == ["start a", "start b"] and not locks.idle("s") and not locks.idle("t")
         seen.release["b"].set()
@@ -80,9 +81,9 @@ def test_one_cancelled_in_line_never_runs_and_the_next_gets_its_turn() -> None:
     async def run() -> None:
         locks: KeyedLocks[str] = KeyedLocks()
         seen = Recorder()
-        first = locks.start("s", seen.work("a"))  # type: ignore[arg-type]
-        waiting = asyncio.ensure_future(locks.run_here("s", seen.work("b")))  # type: ignore[arg-type]
-        last = locks.start("s", seen.work("c"))  # type: ignore[arg-type]
+        first = locks.start("s", seen.work("a"))
+        waiting = asyncio.ensure_future(locks.run_here("s", seen.work("b")))
+        last = locks.start("s", seen.work("c"))
         await settle()
         waiting.cancel()
         await settle()
@@ -100,9 +101,9 @@ def test_one_cancelled_as_its_turn_came_hands_the_key_on() -> None:
     async def run() -> None:
         locks: KeyedLocks[str] = KeyedLocks()
         seen = Recorder()
-        first = locks.start("s", seen.work("a"))  # type: ignore[arg-type]
-        waiting = asyncio.ensure_future(locks.run_here("s", seen.work("b")))  # type: ignore[arg-type]
-        last = locks.start("s", seen.work("c"))  # type: ignore[arg-type]
+        first = locks.start("s", seen.work("a"))
+        waiting = asyncio.ensure_future(locks.run_here("s", seen.work("b")))
+        last = locks.start("s", seen.work("c"))
         await settle()
         seen.release["a"].set()
         # Runs after "a" ends (its step was queued first) and hands the key to "b", before "b" resumes.
@@ -122,7 +123,7 @@ def test_a_run_goes_on_when_its_caller_is_cancelled_and_a_failure_frees_the_key(
     async def run() -> None:
         locks: KeyedLocks[str] = KeyedLocks()
         seen = Recorder()
-        caller = asyncio.ensure_future(locks.run("s", seen.work("a")))  # type: ignore[arg-type]
+        caller = asyncio.ensure_future(locks.run("s", seen.work("a")))
         await settle()
         caller.cancel()
         await settle()

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.domain.event_shapes import known_type
+
+if TYPE_CHECKING:
+    from app.domain.session import LogHead
 
 __all__ = ["NO_PENDING", "LogState"]
 
@@ -44,6 +47,11 @@ class LogState:
     title_seq: int | None = None
     preview: str | None = None
     preview_seq: int | None = None
+    # Set by freeze(), the end of a staging: from then on the state never changes, so what is read from it once (its
+    # LogHead, app.domain.session.head_of) may be kept with it. The append that staged it and the next one, which finds
+    # it committed, both read its head.
+    final: bool = field(default=False, init=False, repr=False, compare=False)
+    head_kept: LogHead | None = field(default=None, init=False, repr=False, compare=False)
 
     def columns(self) -> list[Any]:
         """What a store keeps of this state, in a fixed order: all but ``count`` and ``nodes``, which it keeps its
@@ -137,6 +145,8 @@ class LogState:
         return pending
 
     def freeze(self) -> None:
-        """Make ``pending`` immutable again once a batch is checked (an empty one is the shared NO_PENDING)."""
+        """Make ``pending`` immutable again once a batch is checked (an empty one is the shared NO_PENDING); the state
+        is final."""
+        self.final = True
         if type(self.pending) is not frozenset or (not self.pending and self.pending is not NO_PENDING):
             self.pending = frozenset(self.pending) if self.pending else NO_PENDING

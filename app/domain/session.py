@@ -172,6 +172,16 @@ class LogHead:
 
 
 def head_of(state: LogState) -> LogHead:
+    kept = state.head_kept
+    if kept is not None:
+        return kept
+    head = _head_of(state)
+    if state.final:
+        state.head_kept = head
+    return head
+
+
+def _head_of(state: LogState) -> LogHead:
     open_turn = state.open_turn
     if isinstance(open_turn, float) and open_turn.is_integer():
         open_turn = int(open_turn)  # DSH compares with ===, so 1.0 opened turn 1: it is reported as 1

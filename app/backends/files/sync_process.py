@@ -170,7 +170,7 @@ def _request(appends: list[RoundAppend]) -> bytes:
     length = syncfs_child.LENGTH_BYTES
     parts = [len(appends).to_bytes(length, "little")]
     for target, lines in appends:
-        path = os.fsencode(target.path)
+        path = target.encoded_path
         parts += [
             len(path).to_bytes(length, "little"),
             path,

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -33,6 +34,11 @@ class SyncTarget:
     device: int
     path: Path
     inode: int
+    # The path as the sync process is sent it (once per file, not on every append of a round).
+    encoded_path: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "encoded_path", os.fsencode(self.path))
 
 
 # One append of a round: its file, and the lines the syncer appends to it first (none: written already).

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 
 __all__ = ["NO_PENDING", "LogState"]
 
+_new_state = object.__new__
+
 # The pending tool calls of a log with none (most logs, at every turn/end): one object shared by all of them.
 NO_PENDING: frozenset[Any] = frozenset()
 
@@ -111,25 +113,30 @@ class LogState:
         )
 
     def staged(self) -> LogState:
+        """A copy to stage the next batch on (not final; ``nodes`` shared until changed). Set field by field rather
+        than through ``__init__``, whose keyword call costs twice as much on every append; every field must be set
+        here (tests/domain/test_log_state.py checks each)."""
         pending = self.pending
-        return LogState(
-            count=self.count,
-            last_time=self.last_time,
-            last_type=self.last_type,
-            last_turn_end_seq=self.last_turn_end_seq,
-            open_turn=self.open_turn,
-            open_step=self.open_step,
-            next_turn=self.next_turn,
-            next_step=self.next_step,
-            pending=pending if type(pending) is frozenset else frozenset(pending),
-            nodes=self.nodes,
-            nodes_shared=True,
-            body_bytes=self.body_bytes,
-            title=self.title,
-            title_seq=self.title_seq,
-            preview=self.preview,
-            preview_seq=self.preview_seq,
-        )
+        copy: LogState = _new_state(LogState)
+        copy.count = self.count
+        copy.last_time = self.last_time
+        copy.last_type = self.last_type
+        copy.last_turn_end_seq = self.last_turn_end_seq
+        copy.open_turn = self.open_turn
+        copy.open_step = self.open_step
+        copy.next_turn = self.next_turn
+        copy.next_step = self.next_step
+        copy.pending = pending if type(pending) is frozenset else frozenset(pending)
+        copy.nodes = self.nodes
+        copy.nodes_shared = True
+        copy.body_bytes = self.body_bytes
+        copy.title = self.title
+        copy.title_seq = self.title_seq
+        copy.preview = self.preview
+        copy.preview_seq = self.preview_seq
+        copy.final = False
+        copy.head_kept = None
+        return copy
 
     def own_nodes(self) -> list[int]:
         if self.nodes_shared:

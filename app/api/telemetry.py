@@ -11,7 +11,7 @@ answered if any. With traces on it runs the request inside a server span named `
 from __future__ import annotations
 
 import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ from app.api.problems import PROBLEM_CODE_STATE
 from app.api.request_ids import REQUEST_ID_STATE, new_request_id, valid_request_id
 from app.api.route_table import matched_route, spec_of
 from app.api.tracing import Tracing, incoming_trace_id
-from app.backends.observer import StorageObserver
+from app.backends.observer import NO_SPAN, StorageObserver
 from app.domain.session import DEFAULT_TENANT
 
 __all__ = [
@@ -66,7 +66,7 @@ class StorageTelemetry(StorageObserver):
 
     def durable_write(self, name: str, events: int) -> AbstractContextManager[object]:
         if self._tracing is None:
-            return nullcontext()
+            return NO_SPAN
         return self._tracing.child_span(name, events)
 
 

@@ -405,8 +405,10 @@ class FileBackend(CatalogReads):
 
     async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[IdempotencyRecord] = ()) -> None:
         live = self.catalog.staged_on(key, staged.base_count)
-        self.remembered.check_free(remember)
-        placed = await self._write_records([(record, _digest_of(staged, record)) for record in remember])
+        placed: list[Any] = []
+        if remember:  # most appends carry no Idempotency-Key
+            self.remembered.check_free(remember)
+            placed = await self._write_records([(record, _digest_of(staged, record)) for record in remember])
         events = len(staged.events)
         with (
             disk_errors(Access.CHANGE, f"append to session {key.id!r}"),
@@ -418,7 +420,8 @@ class FileBackend(CatalogReads):
             )
         live.log.commit(staged)
         self.catalog.touch(live)
-        self.remembered.keep(placed)
+        if placed:
+            self.remembered.keep(placed)
         if self._checkpointer is not None:
             self._checkpointer.touch(live)
 

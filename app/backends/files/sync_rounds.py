@@ -38,9 +38,10 @@ class SyncRounds:
         self._running_loop = RunningLoop()
         self._in_rounds: dict[int, int] = {}  # descriptors of the running and next rounds, with how often
 
-    async def durable(self, target: SyncTarget, lines: bytes, events: int) -> None:
-        """Append ``lines`` to ``target`` (none: written already) and wait until the file is durable; the OSError of
-        its write or sync if either failed."""
+    def durable(self, target: SyncTarget, lines: bytes, events: int) -> asyncio.Future[None]:
+        """Append ``lines`` to ``target`` (none: written already): the future to await until the file is durable
+        (the OSError of its write or sync if either failed). A future, not a coroutine: the append that waits on it
+        passes one frame fewer each time it waits and resumes."""
         loop = self._running_loop.get()
         if loop is not self._loop:
             self._moved_to(loop)
@@ -54,7 +55,7 @@ class SyncRounds:
         joining.waiters.append(waiter)
         joining.events.append(events)
         self._in_rounds[target.fd] = self._in_rounds.get(target.fd, 0) + 1
-        await waiter
+        return waiter
 
     def busy_with(self, fd: int) -> bool:
         """Whether ``fd`` is in a round not answered yet (it must stay open until then)."""

@@ -53,6 +53,8 @@ class _Tenant:
     reserved_sessions: int = 0
     reserved_bytes: int = 0
     in_flight: int = 0
+    # Set when the changes in flight drop to none while a load of the usage waits for that (only then: the event is
+    # not touched by the changes themselves).
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     loading: asyncio.Event | None = None
 
@@ -87,13 +89,12 @@ class QuotaLedger:
                 state.loading.set()
                 state.loading = None
         state.in_flight += 1
-        state.idle.clear()
 
     def leave(self, tenant: str) -> None:
         """The change that :meth:`enter` began has ended (its reservations settled)."""
         state = self._tenant(tenant)
         state.in_flight -= 1
-        if not state.in_flight:
+        if not state.in_flight and state.loading is not None:
             state.idle.set()
 
     def reserve(self, tenant: str, sessions: int, size: int) -> Reservation:

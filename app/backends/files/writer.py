@@ -84,9 +84,13 @@ class AppendWriter:
         if refused."""
         if self._closed:
             raise ChangeRefused("the store is shutting down")
-        await self._settled(path)
-        with self._lock:
-            cut = self._unclean.get(path)
+        # Both are empty but after a cancelled or failed append: looked into only then.
+        if self._threads:
+            await self._settled(path)
+        cut = None
+        if self._unclean:
+            with self._lock:
+                cut = self._unclean.get(path)
         if cut is not None:  # refused bytes are cut away, durably, before anything is written after them
             await self._released(path)
             await self._in_thread(path, self._cut_back, path, cut)

@@ -3,8 +3,9 @@
 forklog runs with fsync on (its default) and ``--log-level warning``; the empty routes (bench/empty_app.py, the
 raw-parse kind and the pydantic-validating kind) run under the same uvicorn options. Each client owns one session
 that sits in an open step, so every append of an ``assistant/chunk`` is valid for as long as the run lasts. The
-loads are interleaved run by run. Each 1-event run also measures the server's CPU time per request (user + system,
-all its threads, from /proc): steadier than throughput on a shared machine.
+loads are interleaved run by run, forklog and the validating route back to back (each first every other run). Each
+1-event run also measures the server's CPU time per request (user + system, all its threads, from /proc): steadier
+than throughput on a shared machine.
 """
 
 from __future__ import annotations
@@ -95,10 +96,12 @@ def run(work: Path) -> list[Row]:
         floor_batches: list[LoadResult] = []
         cpu: dict[str, list[float]] = {"mine": [], "floor": [], "checked": [], "nosync": []}
         for r in range(runs):
+            # forklog and the validating route run back to back, each first every other run: the machine's drift
+            # between the two of a pair is as short as it can be, and neither is always the one after the batches.
+            pair = [("mine", forklog, mine), ("checked", validated, checked)]
             for name, server, results in (
-                ("mine", forklog, mine),
+                *(pair if r % 2 == 0 else pair[::-1]),
                 ("floor", empty, floor),
-                ("checked", validated, checked),
                 ("nosync", unsynced, nosync),
             ):
                 result, cpu_us = _timed_load(server, one, clients=clients, seconds=seconds)
@@ -126,6 +129,7 @@ def run(work: Path) -> list[Row]:
         )
     note = f"{clients} clients, fsync on"
     cpu_mine, cpu_checked = median(cpu["mine"]), median(cpu["checked"])
+    pairs = sorted(a.rps / b.rps for a, b in zip(mine, checked, strict=True))
     return [
         Row(
             "Appends",
@@ -136,8 +140,9 @@ def run(work: Path) -> list[Row]:
             rps / checked_rps,
             ">= 0.9x",
             rps / checked_rps >= 0.9,
-            f"{note}; server CPU {cpu_mine:.0f} vs {cpu_checked:.0f} µs a request; that route's p50 "
-            f"{checked_p50:.2f} ms / p99 {checked_p99:.2f} ms",
+            f"{note}; run by run {pairs[0]:.2f}x-{pairs[-1]:.2f}x (median {median(pairs):.2f}x); server CPU "
+            f"{cpu_mine:.0f} vs {cpu_checked:.0f} µs a request; that route's p50 {checked_p50:.2f} ms / p99 "
+            f"{checked_p99:.2f} ms",
         ),
         Row(
             "Appends",

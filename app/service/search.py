@@ -174,6 +174,9 @@ class Searcher(BackgroundLoop):
         """The ids that may match (None: any session may)."""
         if not self._ready or not wanted.words:
             return None
+        # Taken before the index is asked too: a round may index a session and take it off these sets while the
+        # query runs on a snapshot that does not hold it yet.
+        unsure_before = self._unsure(tenant)
         try:
             found = await self._index.candidates(tenant, wanted.words)
         except IndexDamaged as exc:
@@ -183,8 +186,11 @@ class Searcher(BackgroundLoop):
             await self._index.reset()
             self.start()
             return None
-        unsure = {key.id for key in (*self._dirty, *self._pending) if key.tenant == tenant}
-        return found | unsure
+        return found | unsure_before | self._unsure(tenant)
+
+    def _unsure(self, tenant: str) -> set[str]:
+        """The tenant's sessions the index may not hold as they are: changed since, or being indexed."""
+        return {key.id for key in (*self._dirty, *self._pending) if key.tenant == tenant}
 
     async def _looked_up(self, tenant: str, ids: set[str], request: PageRequest) -> AsyncIterator[Session]:
         query, after = request.query, request.after

@@ -169,3 +169,20 @@ async def test_indexing_a_long_log_leaves_the_event_loop_to_other_requests(servi
     # Each read of the log gives the loop back: no request waits for the whole log to be indexed.
     assert longest < took / 4, (longest, took)
     assert await found(service, "question 4999") == ["long"]
+
+
+async def test_a_session_indexed_while_the_index_is_asked_is_still_found(
+    service: SessionService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await caught_up(service)
+    await service.create("default", "s", question_and_answer("racing words", "ok"), None)
+    engine = service.searcher._index
+    ask = engine.candidates
+
+    async def asked_on_a_snapshot_taken_before_the_round(tenant: str, words: tuple[str, ...]) -> set[str]:
+        snapshot = await ask(tenant, words)  # "s" is not indexed yet
+        await caught_up(service)  # meanwhile the round indexes it and takes it off the unsure sessions
+        return snapshot
+
+    monkeypatch.setattr(engine, "candidates", asked_on_a_snapshot_taken_before_the_round)
+    assert await found(service, "racing") == ["s"]

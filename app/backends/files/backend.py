@@ -420,8 +420,7 @@ class FileBackend(CatalogReads):
             )
         live.log.commit(staged)
         self.catalog.touch(live)
-        if placed:
-            self.remembered.keep(placed)
+        self.remembered.keep(placed)
         if self._checkpointer is not None:
             self._checkpointer.touch(live)
 

@@ -189,6 +189,8 @@ class IdempotencyJournal:
 
     def keep(self, placed: list[tuple[IdempotencyRecord, _Place]]) -> None:
         """The change of these records is made: retries find them from now on."""
+        if not placed:  # most changes carry no Idempotency-Key: no lock to take
+            return
         with self._lock:
             for record, place in placed:
                 self._places[(record.tenant, record.key)] = place

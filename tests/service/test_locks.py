@@ -42,6 +42,17 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+async def three_in_line() -> tuple[KeyedLocks[str], Recorder, tuple[asyncio.Future[str], ...]]:
+    """Key "s": "a" holds it (a task of its own), "b" waits in its caller's task, "c" waits in a task of its own."""
+    locks: KeyedLocks[str] = KeyedLocks()
+    seen = Recorder()
+    first = locks.start("s", seen.work("a"))
+    waiting = asyncio.ensure_future(locks.run_here("s", seen.work("b")))
+    last = locks.start("s", seen.work("c"))
+    await settle()
+    return locks, seen, (first, waiting, last)
+
+
 def test_operations_on_one_key_run_alone_in_the_order_they_joined() -> None:
     async def run() -> None:
         locks: KeyedLocks[str] = KeyedLocks()
@@ -79,12 +90,7 @@ def test_operations_on_other_keys_do_not_wait() -> None:
 
 def test_one_cancelled_in_line_never_runs_and_the_next_gets_its_turn() -> None:
     async def run() -> None:
-        locks: KeyedLocks[str] = KeyedLocks()
-        seen = Recorder()
-        first = locks.start("s", seen.work("a"))
-        waiting = asyncio.ensure_future(locks.run_here("s", seen.work("b")))
-        last = locks.start("s", seen.work("c"))
-        await settle()
+        locks, seen, (first, waiting, last) = await three_in_line()
         waiting.cancel()
         await settle()
         seen.release["a"].set()
@@ -99,12 +105,7 @@ def test_one_cancelled_in_line_never_runs_and_the_next_gets_its_turn() -> None:
 
 def test_one_cancelled_as_its_turn_came_hands_the_key_on() -> None:
     async def run() -> None:
-        locks: KeyedLocks[str] = KeyedLocks()
-        seen = Recorder()
-        first = locks.start("s", seen.work("a"))
-        waiting = asyncio.ensure_future(locks.run_here("s", seen.work("b")))
-        last = locks.start("s", seen.work("c"))
-        await settle()
+        locks, seen, (first, waiting, last) = await three_in_line()
         seen.release["a"].set()
         # Runs after "a" ends (its step was queued first) and hands the key to "b", before "b" resumes.
         asyncio.get_running_loop().call_soon(waiting.cancel)

@@ -9,7 +9,7 @@ forklog's own stricter rules (spec 1.4, "Parity with DSH") are added on top.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +28,11 @@ from app.domain.jsonvalue import (
 )
 from app.domain.log_state import NO_PENDING, LogState
 
-__all__ = ["ENVELOPE_KEYS", "EventLookup", "admit", "admit_stored"]
+__all__ = ["ENVELOPE_KEYS", "EventLookup", "admit", "admit_stored", "admit_stored_chunks"]
 
 ENVELOPE_KEYS = frozenset({"type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable"})
 TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
+CHUNK_TYPE = "assistant/chunk"
 
 _TURN_ENCLOSED = frozenset({"todo/write", "request/header", "request/context"})
 _STEP_SCOPED = frozenset({"step/end", "assistant/chunk", "assistant/message", "tool/call"})
@@ -150,6 +151,61 @@ def admit_stored(state: LogState, raw: Any) -> bool:
     state.last_time = time
     state.last_type = kind
     return True
+
+
+def admit_stored_chunks(state: LogState, events: Sequence[Any], start: int) -> int:
+    """Admit the run of streamed chunks of the open step that begins at ``events[start]``, each of the shape
+    :func:`admit_stored` admits at once; return the index just past the run (``start`` when the first is no such
+    chunk). ``state`` changes exactly as admitting them one at a time would change it.
+
+    Most of a log is such runs (a step streams tens to hundreds of chunks), so a run is checked in one loop that
+    reads the open turn and step once and writes the state once.
+    """
+    turn = state.open_turn
+    step = state.open_step
+    if type(turn) is not int or type(step) is not int:
+        return start
+    seq = state.count
+    index = start
+    end = len(events)
+    time = None
+    while index < end:
+        raw = events[index]
+        if type(raw) is not dict or len(raw) != 4:
+            break
+        try:
+            event_seq = raw["seq"]
+            event_time = raw["time"]
+            data = raw["data"]
+            if (
+                raw["type"] != CHUNK_TYPE
+                or type(event_seq) is not int
+                or event_seq != seq
+                or type(event_time) is not int
+                or not -MAX_SAFE_INTEGER <= event_time <= MAX_SAFE_INTEGER
+                or type(data) is not dict
+            ):
+                break
+            chunk_turn = data["turn"]
+            chunk_step = data["step"]
+            if (
+                type(chunk_turn) is not int
+                or chunk_turn != turn
+                or type(chunk_step) is not int
+                or chunk_step != step
+                or type(data["chunk"]) is not dict
+            ):
+                break
+        except KeyError:  # a member these shapes need is missing: admit decides
+            break
+        time = event_time
+        seq += 1
+        index += 1
+    if index > start:
+        state.count = seq
+        state.last_time = time
+        state.last_type = known_type(CHUNK_TYPE)
+    return index
 
 
 # -- envelope ------------------------------------------------------------------------------------------------------

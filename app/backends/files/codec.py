@@ -127,37 +127,62 @@ def header_from_record(record: dict[str, Any], session_id: str) -> SessionHeader
 
 # What a canonical line may hold that orjson would read lossily yet write back unchanged: -0.0, an integer past
 # 2**53 (or a float written with 16+ digits), a number with an exponent. Each of them is a number token, and in
-# canonical JSON (no whitespace) a number token starts a document or follows ":", "," or "[": never a letter or a
-# quote. So the text is mapped to its shape (number characters to "0", an exponent letter to "e", those three
-# delimiters to "D", anything else to "x") and only number tokens are looked at: a hex digest or a uuid inside a
-# string ("...0e4f...") is no longer taken for an exponent. The check stays exact (it never misses a lossy number);
-# it may still flag a string that holds ":1e5", which only costs the slower exact parse.
+# canonical JSON (no whitespace) a number token starts a document or follows ":", "," or "[" (or a newline, in a
+# window of lines): never a letter or a quote. So the text is mapped to its shape (number characters to "0", an
+# exponent letter to "e", those delimiters to "D", anything else to "x") and only number tokens are looked at: a hex
+# digest or a uuid inside a string ("...0e4f...") is not taken for an exponent. The check stays exact (it never
+# misses a lossy number); it may still flag a string that holds ":1e5", which only costs the slower exact parse.
 _SHAPE = bytes.maketrans(
     bytes(range(256)),
     bytes(
-        ord("0") if char in b"0123456789.-" else ord("e") if char in b"eE" else ord("D") if char in b":,[" else ord("x")
+        ord("0")
+        if char in b"0123456789.-"
+        else ord("e")
+        if char in b"eE"
+        else ord("D")
+        if char in b":,[\n"
+        else ord("x")
         for char in range(256)
     ),
 )
-_LOSSY_TOKEN = re.compile(rb"D0(?:0*e|0{15})")  # an exponent, or 16+ number characters
-_LOSSY_FIRST_TOKEN = re.compile(rb"0(?:0*e|0{15})")
 _SIXTEEN_NUMBER_CHARACTERS = b"D" + b"0" * 16
 _MAY_BE_EXPONENT = re.compile(rb"0e")  # (a compiled search of two bytes: several times faster than ``in`` here)
-_NEGATIVE_ZERO = re.compile(rb"(?:\A|[:,\[])-0\.0")
+_NUMBER, _DELIMITER = ord("0"), ord("D")
+# How far back from an exponent letter its run of number characters is followed (a longer run is taken for a token
+# at once: so long a run of digits before an "e" is rare in text, and the exact parse is right either way).
+_LOOK_BACK = 32
+_MAY_BE_NEGATIVE_ZERO = re.compile(rb"-0\.0")  # (a compiled search again: faster than ``find`` here)
+_NEGATIVE_ZERO = re.compile(rb"(?:\A|[:,\[\n])-0\.0")
 
 
 def may_round_trip_lossily(text: bytes) -> bool:
-    """Whether canonical JSON ``text`` may hold a number orjson reads lossily (see above); never a false no."""
+    """Whether canonical JSON ``text`` (a document, or lines of them) may hold a number orjson reads lossily (see
+    above); never a false no."""
     shape = text.translate(_SHAPE)
-    # (plain searches first, the regexes only where an exponent may be: a start checks every stored line with this)
+    # (plain searches first, a regex only where one found a candidate: a start checks every stored line with this)
     # (find, not ``in``: bytes' ``in`` tries its operand as an integer first, making and dropping a TypeError)
     if shape.find(_SIXTEEN_NUMBER_CHARACTERS) >= 0 or shape.startswith(_SIXTEEN_NUMBER_CHARACTERS[1:]):
         return True
-    if _MAY_BE_EXPONENT.search(shape) is not None and (
-        _LOSSY_TOKEN.search(shape) is not None or _LOSSY_FIRST_TOKEN.match(shape) is not None
-    ):
+    if _exponent_token(shape):
         return True
-    return text.find(b"-0.0") >= 0 and _NEGATIVE_ZERO.search(text) is not None
+    return _MAY_BE_NEGATIVE_ZERO.search(text) is not None and _NEGATIVE_ZERO.search(text) is not None
+
+
+def _exponent_token(shape: bytes) -> bool:
+    """Whether a number token of ``shape`` may have an exponent: an "e" after a run of number characters that starts
+    the text or follows a delimiter. Each "0e" is followed back through its run (a few characters: a regex search
+    for the whole pattern tries every number token of the text, and costs as much as parsing it)."""
+    found = _MAY_BE_EXPONENT.search(shape)
+    while found is not None:
+        at = found.start()
+        low = max(at - _LOOK_BACK, 0)
+        run = at
+        while run > low and shape[run - 1] == _NUMBER:
+            run -= 1
+        if run == 0 or shape[run - 1] == _DELIMITER or shape[run - 1] == _NUMBER:  # (the last: followed too far)
+            return True
+        found = _MAY_BE_EXPONENT.search(shape, at + 2)
+    return False
 
 
 def loads_stored(line: bytes) -> tuple[Any, list[Break]]:

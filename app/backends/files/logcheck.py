@@ -35,9 +35,9 @@ from app.domain.staging import StagedEvents, stage_stored
 
 __all__ = ["CorruptLog", "RecoveredLog", "check_log", "parse_header", "recover_log", "salvage_log"]
 
-# Lines are recovered a window of about this many bytes at a time (a few hundred events: their objects are made,
-# checked and freed while they are still in the processor's cache).
-WINDOW_BYTES = 64 * 1024
+# Lines are recovered a window of about this many bytes at a time (a hundred or two events: their objects are made,
+# checked and freed while they are still in the processor's cache; 64 KB windows checked about 5% slower).
+WINDOW_BYTES = 32 * 1024
 
 
 class GrowingLog(Protocol):
@@ -184,7 +184,8 @@ def _recover_events(data: bytes, position: int, log: Grown, *, now: int, line_no
         cut = data.rfind(b"\n", position, min(position + WINDOW_BYTES, committed)) + 1
         end = cut if cut > position else data.index(b"\n", position) + 1
         window = data[position:end]
-        lines = window[:-1].split(b"\n")
+        lines = window.split(b"\n")
+        lines.pop()  # (the empty piece after the window's last newline)
         staged = _stage_canonical(log, window, lines, now=now)
         if staged is None:  # not all canonical stored events, or damaged: checked the long way (which says why)
             events = _window_events(lines, line_no, len(log))
@@ -204,10 +205,14 @@ def _stage_canonical(log: GrowingLog, window: bytes, lines: list[bytes], *, now:
     one stored event the rules let through; else None."""
     try:
         values = list(map(orjson.loads, lines))  # a line each: a value never spans lines
-        joined = b"[" + window[:-1].replace(b"\n", b",") + b"]"
-        if may_round_trip_lossily(joined) or orjson.dumps(values) != joined:
+        if may_round_trip_lossily(window):
             return None
+        written = orjson.dumps(values)
     except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return None
+    # The values written back are "[" + the lines joined by "," + "]" exactly when each line is its value's
+    # canonical text (compared in place: the window is not copied into that form).
+    if len(written) != len(window) + 1 or not written.startswith(memoryview(window.replace(b"\n", b","))[:-1], 1):
         return None
     return stage_stored(log, window, lines, values, now=now)
 

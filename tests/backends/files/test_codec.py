@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.backends.files.codec import (
     MalformedRecord,
@@ -259,6 +261,64 @@ def test_every_number_orjson_may_read_lossily_is_flagged(text: bytes) -> None:
 def test_hex_and_digits_inside_strings_and_safe_numbers_are_not_flagged(text: bytes) -> None:
     assert not may_round_trip_lossily(text)
     assert parse_line(text) == orjson.loads(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"a":1}\n{"n":1e20}\n',
+        b'{"a":1}\n-0.0\n',
+        b'{"a":"x"}\n12345678901234567\n',
+        b'{"a":"re-enter"}\n-1.5e-7\n',
+        b'{"n":-12345678901234567}',
+        b'{"n":[0,-1E5]}',
+    ],
+)
+def test_a_lossy_number_at_the_start_of_a_line_of_a_window_is_flagged(text: bytes) -> None:
+    assert may_round_trip_lossily(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        orjson.dumps({"text": "re-enter the pre-existing e-mail, co-exist -e -E 9-e"}),
+        orjson.dumps({"ids": ["a3bef3ac9f8e1", "0e0e0e", "x-0.0e5", "1-2-3-4-5-6-7-8-9-0-1-2-3-4-5-6-7"]}),
+        b'{"n":-15}\n{"m":[-1234,-0.5,-90071992547409]}\n',
+    ],
+)
+def test_words_hex_and_safe_signed_numbers_are_not_flagged(text: bytes) -> None:
+    assert not may_round_trip_lossily(text)
+
+
+def _numbers_read_lossily(value: Any) -> bool:
+    """Whether ``value`` holds a number whose canonical text orjson may read lossily, by the definition: an exponent,
+    16+ characters, or negative zero."""
+    if isinstance(value, dict):
+        return any(_numbers_read_lossily(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_numbers_read_lossily(item) for item in value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    text = orjson.dumps(value)
+    return b"e" in text or b"E" in text or len(text) >= 16 or text.startswith(b"-0.0")
+
+
+_NUMBERS = st.integers(min_value=-(2**63), max_value=2**64 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+_STRINGS = st.text(alphabet="0123456789abcdefEe.-:,[ ", max_size=40)
+_VALUES = st.recursive(
+    _NUMBERS | _STRINGS | st.booleans() | st.none(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_STRINGS, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_VALUES, min_size=1, max_size=4))
+def test_every_lossy_number_of_a_window_of_lines_is_flagged(values: list[Any]) -> None:
+    window = b"".join(orjson.dumps(value) + b"\n" for value in values)
+    if any(_numbers_read_lossily(value) for value in values):
+        assert may_round_trip_lossily(window)
+        assert may_round_trip_lossily(b"[" + window[:-1].replace(b"\n", b",") + b"]")
 
 
 def test_a_line_that_is_not_json_is_a_syntax_error() -> None:

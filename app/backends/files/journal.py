@@ -24,7 +24,9 @@ from app.backends.files.fileops import FileOps
 __all__ = ["JOURNAL_NAME", "Journal", "Record", "framed"]
 
 JOURNAL_NAME = "checkpoints"
-MAGIC = b"forklog checkpoints v1\n"
+# v2: block digests are BLAKE3 (v1's were SHA-256). A journal of another version is not read: its files are checked
+# whole, as if it were missing, and it is rewritten.
+MAGIC = b"forklog checkpoints v2\n"
 _FRAME = struct.Struct("<II")  # length, CRC-32 of the record
 
 

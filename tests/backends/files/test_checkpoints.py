@@ -14,7 +14,7 @@ import pytest
 
 from app.backends.files.checkpoints import read_chains
 from app.backends.files.fileops import FileOps
-from app.backends.files.journal import Journal
+from app.backends.files.journal import MAGIC, Journal
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import FileStore, OpenStore, observe, session_file
 from tests.backends.files.faulty_ops import FaultyFileOps
@@ -147,7 +147,7 @@ def test_a_file_cut_shorter_than_its_checkpoint_is_checked_whole(data_dir: Path,
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("damage", ["flip-a-byte", "torn-end", "not-a-journal", "a-folder"])
+@pytest.mark.parametrize("damage", ["flip-a-byte", "torn-end", "not-a-journal", "an-older-version", "a-folder"])
 def test_a_damaged_journal_is_never_trusted(data_dir: Path, open_store: OpenStore, damage: str) -> None:
     async def scenario() -> None:
         store = await open_store(data_dir)
@@ -165,6 +165,8 @@ def test_a_damaged_journal_is_never_trusted(data_dir: Path, open_store: OpenStor
             path.write_bytes(data[:-5])
         elif damage == "not-a-journal":
             path.write_bytes(b"something else\n" + data)
+        elif damage == "an-older-version":  # whole records of v1, whose block digests were SHA-256
+            path.write_bytes(b"forklog checkpoints v1\n" + data[len(MAGIC) :])
         else:
             path.unlink()
             path.mkdir()

@@ -16,11 +16,13 @@ the start checks them itself.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import ctypes
 import gc
 import logging
 import multiprocessing
 import os
+import signal
 import sys
 from collections import deque
 from collections.abc import Iterator
@@ -83,9 +85,24 @@ def check_files(tasks: list[FileTask], now: int) -> list[Verdict]:
     return verdicts
 
 
-def _worker_started() -> None:
+def _worker_started(start: int) -> None:
+    _end_with(start)
     gc.disable()  # a check makes many objects that live until its file is done: collecting only walks them again
     _keep_freed_memory()
+
+
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _end_with(start: int) -> None:
+    """End this worker when the process of the start (pid ``start``) ends: a start killed, or stopped, while its
+    files are checked leaves no worker behind waiting for work, holding its memory. (Linux; elsewhere the pool's
+    own shutdown at the end of the start is what ends a worker.)"""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(AttributeError, OSError):  # not glibc
+            ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != start:  # the start ended before this worker could ask to end with it
+        os._exit(0)
 
 
 # glibc's mallopt parameters (malloc.h).
@@ -148,7 +165,10 @@ class FullChecks(Generic[Context]):
             held, self._held = self._held, []
             try:
                 self._pool = concurrent.futures.ProcessPoolExecutor(
-                    self._workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_started
+                    self._workers,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_worker_started,
+                    initargs=(os.getpid(),),
                 )
             except Exception:  # no processes to be had here (limits, no shared memory): the start checks them
                 logger.warning("could not start processes to check files; the start checks them itself", exc_info=True)

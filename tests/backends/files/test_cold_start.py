@@ -8,6 +8,9 @@ import asyncio
 import concurrent.futures
 import errno
 import shutil
+import subprocess
+import sys
+import time
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
@@ -211,3 +214,58 @@ def test_without_worker_processes_the_start_checks_every_file_itself(
             await without.close()
 
     asyncio.run(scenario())
+
+
+_KILLED_START = """
+import sys, time
+from app.backends.files.fullcheck import FullChecks
+
+checks = FullChecks(now=0, workers=2, start_bytes=0)
+path = sys.argv[1]
+for number in range(4):  # two batches a worker: both workers start
+    list(checks.add(("default", f"s{number}", path, 3 * 1024 * 1024), number))
+print("checking", flush=True)
+time.sleep(120)
+"""
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the process tree from /proc (Linux)")
+def test_the_check_workers_end_with_a_start_that_is_killed(tmp_path: Path) -> None:
+    """A start killed while its files are checked (an operator's kill -9, the OOM killer) leaves no worker behind,
+    waiting for work that never comes and holding its memory."""
+    log = tmp_path / "s.jsonl"
+    log.write_bytes(b'{"type":"session","version":0,"id":"s","createdAt":1}\n' + b"x" * (3 * 1024 * 1024))
+    with subprocess.Popen(
+        [sys.executable, "-c", _KILLED_START, str(log)], stdout=subprocess.PIPE, cwd=Path(__file__).parents[3]
+    ) as start:
+        try:
+            assert start.stdout is not None and start.stdout.readline() == b"checking\n"
+            workers: list[int] = []
+            deadline = time.monotonic() + 30
+            while len(workers) < 2 and time.monotonic() < deadline:
+                workers = [
+                    pid for pid in _children(start.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                ]
+                time.sleep(0.05)
+            assert len(workers) == 2
+        finally:
+            start.kill()
+    deadline = time.monotonic() + 10
+    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_running(pid) for pid in workers)

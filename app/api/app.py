@@ -26,25 +26,17 @@ from app.api.routes import routers
 from app.api.routes.events import APPEND_EVENTS
 from app.api.routing import PlainRoute
 from app.api.settings import Settings
+from app.api.store import open_backend
 from app.api.telemetry import StorageTelemetry
 from app.api.tracing import Tracing, provider_from_environment
 from app.api.ui import static_mounts
 from app.backends.base import Backend
-from app.backends.open import open_named_backend
 from app.domain.limits import TenantLimits
 from app.domain.session import DEFAULT_TENANT
 from app.service.observer import NO_SESSION_OBSERVER
 from app.service.sessions import SessionService
 
-__all__ = ["ForklogApp", "create_app", "open_backend"]
-
-
-def open_backend(settings: Settings) -> Backend:
-    """The backend the settings name (see :func:`~app.backends.open.open_named_backend`)."""
-    database_url = settings.database_url.get_secret_value() if settings.database_url is not None else None
-    return open_named_backend(
-        settings.backend, data_dir=settings.data_dir, database_url=database_url, fsync=settings.fsync
-    )
+__all__ = ["ForklogApp", "create_app"]
 
 
 def _append_route(app: FastAPI) -> PlainRoute:

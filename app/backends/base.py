@@ -33,6 +33,7 @@ __all__ = [
     "EnforcesQuotas",
     "IdempotencyRecord",
     "LimitsOf",
+    "OpensInBackground",
     "Readiness",
     "Remember",
     "Seed",
@@ -249,6 +250,15 @@ class EnforcesQuotas(Protocol):
 
     def enforce_quotas(self, limits_of: LimitsOf) -> None:
         """Check ``limits_of(tenant)`` in every change from now on (refusing with QUOTA_EXCEEDED)."""
+
+
+@runtime_checkable
+class OpensInBackground(Protocol):
+    """A backend whose :meth:`Backend.open` is mostly work that needs no event loop (reading its files): a service
+    starting may begin it before it has built the rest of itself."""
+
+    def begin_opening(self) -> None:
+        """Begin what :meth:`Backend.open` waits for, in a thread, now; ``open`` takes it up."""
 
 
 @runtime_checkable

@@ -1,17 +1,19 @@
 """``python -m app`` (or ``forklog``): the service by default, or one of the subcommands of spec 10.
 
 ``python -m app --port 9000`` is ``python -m app serve --port 9000``.
+
+Only the command that runs is imported: the service starts reading its files before it imports its web stack
+(:mod:`app.cli.serve`), and the other commands' stores and progress bars would come first.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-
-from app.cli import copy, export, import_, keys, serve, verify
 
 __all__ = ["COMMANDS", "main"]
 
@@ -19,7 +21,11 @@ __all__ = ["COMMANDS", "main"]
 @dataclass(frozen=True, slots=True)
 class Command:
     name: str
-    module: ModuleType
+    module_name: str
+
+    @property
+    def module(self) -> ModuleType:
+        return importlib.import_module(self.module_name)
 
     @property
     def summary(self) -> str:
@@ -29,12 +35,12 @@ class Command:
 COMMANDS: dict[str, Command] = {
     command.name: command
     for command in (
-        Command("serve", serve),
-        Command("verify", verify),
-        Command("export", export),
-        Command("import", import_),
-        Command("copy", copy),
-        Command("keys", keys),
+        Command("serve", "app.cli.serve"),
+        Command("verify", "app.cli.verify"),
+        Command("export", "app.cli.export"),
+        Command("import", "app.cli.import_"),
+        Command("copy", "app.cli.copy"),
+        Command("keys", "app.cli.keys"),
     )
 }
 

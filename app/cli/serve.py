@@ -1,4 +1,9 @@
-"""``python -m app serve`` (the default command): the service."""
+"""``python -m app serve`` (the default command): the service.
+
+A service on files begins reading them (:class:`~app.backends.base.OpensInBackground`) as soon as its settings are
+checked, and imports its web stack only after that, inside :func:`run`: a start that checks files no checkpoint
+covers keeps the other cores busy while this one imports (about half a second of it).
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,12 @@ import sys
 
 from pydantic import ValidationError
 
-from app.api.app import create_app
-from app.api.exposure import ExposureRefused
-from app.api.http_server import serve
-from app.api.keys_file import KeysFileError
+from app.api.exposure import ExposureRefused, check_exposure
+from app.api.keys_file import KeysFileError, read_keys_file
 from app.api.settings import Settings
+from app.api.store import open_backend
+from app.backends.base import OpensInBackground
 from app.backends.errors import StorageError
-from app.backends.postgres import refusal_of
 from app.cli.settings_flags import add_setting_flags, given_settings
 
 __all__ = ["add_arguments", "load_settings", "run"]
@@ -38,12 +42,28 @@ def run(arguments: argparse.Namespace) -> int:
     settings = load_settings(arguments)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if settings.database_url is not None:
+        from app.backends.postgres import refusal_of  # (the driver, imported only for a database)
+
         # A reachable database with a newer schema stops the start here; an unreachable one is waited for.
         refusal = refusal_of(settings.database_url.get_secret_value())
         if refusal is not None:
             sys.exit(f"forklog: {refusal}")
     try:
-        app = create_app(settings)
+        # What the service refuses before its store is touched (create_app checks them again).
+        check_exposure(settings)
+        if settings.keys_file is not None:
+            read_keys_file(settings.keys_file)
+        store = open_backend(settings)
+    except (StorageError, ExposureRefused, KeysFileError) as exc:
+        sys.exit(f"forklog: {exc}")
+    if isinstance(store, OpensInBackground):
+        store.begin_opening()
+    # The web stack, imported and built while the store opens.
+    from app.api.app import create_app
+    from app.api.http_server import serve
+
+    try:
+        app = create_app(settings, backend=store)
     except (StorageError, ExposureRefused, KeysFileError) as exc:
         sys.exit(f"forklog: {exc}")
     serve(app, settings)

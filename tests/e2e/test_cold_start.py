@@ -4,6 +4,8 @@ SIGKILL right after ``/readyz`` first answered 200, the next start checks only w
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -41,3 +43,33 @@ def test_a_kill_right_after_readiness_does_not_check_the_store_again(tmp_path: P
         for name in names:
             assert client.get(f"/sessions/{name}/events", params={"limit": 10000}).json() == expected[name]
         assert client.get("/readyz").json()["corrupt"] == []
+
+
+_NOTE_THE_WEB_STACK = """
+import sys
+from app.backends.files.backend import FileBackend
+
+
+def begin_opening(self: FileBackend) -> None:
+    print("web stack imported:", "fastapi" in sys.modules, "uvicorn" in sys.modules, flush=True)
+    raise SystemExit(0)
+
+
+FileBackend.begin_opening = begin_opening
+from app.cli.main import main
+
+main(["--data-dir", sys.argv[1]])
+"""
+
+
+def test_a_service_on_files_begins_reading_them_before_it_imports_its_web_stack(tmp_path: Path) -> None:
+    """The files are read (and, on a cold start, checked on every core) while the service imports and builds the
+    rest of itself, instead of after."""
+    started = subprocess.run(
+        [sys.executable, "-c", _NOTE_THE_WEB_STACK, str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert started.stdout == "web stack imported: False False\n"

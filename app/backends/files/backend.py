@@ -9,11 +9,13 @@ While it runs, every session's checked prefix is kept current in the checkpoint 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import gc
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -122,6 +124,8 @@ class FileBackend(CatalogReads):
         self._check_workers = check_workers
         self._parallel_check_bytes = parallel_check_bytes
         self._checkpointer: Checkpointer | None = None
+        self._recovering: concurrent.futures.Future[RecoveryReport] | None = None
+        self._collecting = True  # whether the collector ran before the files were read
         self.recovery = RecoveryReport()  # what the start found (filled by open)
         self._opened = False
         self._closed = False
@@ -145,8 +149,12 @@ class FileBackend(CatalogReads):
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
-    async def open(self) -> None:
-        self._writer.prepare()  # the sync process starts while the files are read, not at the first append
+    def begin_opening(self) -> None:
+        """Start reading the files now, in a thread of their own, rather than when :meth:`open` is awaited: a
+        service starting imports and builds the rest of itself meanwhile (on another core, while the checks of a
+        cold start keep the others busy). :meth:`open` takes up what this began; a second call does nothing."""
+        if self._recovering is not None:
+            return
         recovery = Recovery(
             self.datadir,
             self.ops,
@@ -159,14 +167,30 @@ class FileBackend(CatalogReads):
             parallel_bytes=self._parallel_check_bytes,
         )
         # Recovery makes many objects that live as long as the process: collecting while it runs only walks them
-        # again and again. After it, they are moved out of the collector's sight (gc.freeze).
-        collecting = gc.isenabled()
+        # again and again. After it, they are moved out of the collector's sight (gc.freeze, in open).
+        self._collecting = gc.isenabled()
         gc.disable()
+        recovering = self._recovering = concurrent.futures.Future()
+
+        def read_the_files() -> None:
+            recovering.set_running_or_notify_cancel()
+            try:
+                recovering.set_result(recovery.run())
+            except BaseException as exc:  # handed to open(), which raises it
+                recovering.set_exception(exc)
+
+        # (a daemon: a start that is refused while the files are read exits without waiting for them)
+        threading.Thread(target=read_the_files, name="forklog-recovery", daemon=True).start()
+
+    async def open(self) -> None:
+        self._writer.prepare()  # the sync process starts while the files are read, not at the first append
+        self.begin_opening()
+        assert self._recovering is not None
         try:
-            report = await asyncio.to_thread(recovery.run)
+            report = await asyncio.wrap_future(self._recovering)
             self.catalog.load(report.sessions)
         finally:
-            if collecting:
+            if self._collecting:
                 gc.enable()
         gc.freeze()
         release_free_memory()

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
+from app.backends.files.recovery import Recovery
 from app.domain.errors import ErrorCode, ForklogError
 from app.domain.log import seed_log
 from tests.backends.files import builders as b
@@ -269,3 +270,47 @@ def test_the_check_workers_end_with_a_start_that_is_killed(tmp_path: Path) -> No
     while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_running(pid) for pid in workers)
+
+
+def test_files_read_before_the_service_opens_are_the_files_it_serves(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a start begins before its event loop runs (app.cli.serve) is what open() takes up: read once, and a
+    failure to read is the open's failure."""
+    names = uncovered_store(data_dir, sessions=3, turns=2)
+    runs: list[int] = []
+    real_run = Recovery.run
+
+    def counted(self: Recovery, *args: Any, **kwargs: Any) -> Any:
+        runs.append(1)
+        return real_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Recovery, "run", counted)
+    early = FileStore(data_dir)
+    early.backend.begin_opening()
+    early.backend.begin_opening()
+
+    async def served() -> None:
+        await early.open()
+        try:
+            assert sorted(live.key.id for live in early.page()) == sorted(names)
+            assert early.backend.recovery.checked_events == 3 * len(b.turns(1, 2))
+        finally:
+            await early.close()
+
+    asyncio.run(served())
+    assert runs == [1]
+
+    def refused(self: Recovery, *args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(Recovery, "run", refused)
+    failing = FileStore(data_dir)
+    failing.backend.begin_opening()
+
+    async def fails() -> None:
+        with pytest.raises(OSError, match="Input/output error"):
+            await failing.open()
+        await failing.backend.close()
+
+    asyncio.run(fails())

@@ -85,6 +85,10 @@ def check_files(tasks: list[FileTask], now: int) -> list[Verdict]:
     return verdicts
 
 
+def _ready() -> None:
+    """A worker's first task: it has started (and imported the checker)."""
+
+
 def _worker_started(start: int) -> None:
     _end_with(start)
     gc.disable()  # a check makes many objects that live until its file is done: collecting only walks them again
@@ -163,16 +167,7 @@ class FullChecks(Generic[Context]):
             if self._held_bytes < self._start_bytes or self._workers < 2:
                 return
             held, self._held = self._held, []
-            try:
-                self._pool = concurrent.futures.ProcessPoolExecutor(
-                    self._workers,
-                    mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_worker_started,
-                    initargs=(os.getpid(),),
-                )
-            except Exception:  # no processes to be had here (limits, no shared memory): the start checks them
-                logger.warning("could not start processes to check files; the start checks them itself", exc_info=True)
-                self._failed = True
+            if not self._start_pool():
                 for _, held_context in held:
                     yield held_context, None
                 return
@@ -180,6 +175,35 @@ class FullChecks(Generic[Context]):
                 yield from self._batched(*item)
             return
         yield from self._batched(task, context)
+
+    def expect(self, total: int) -> None:
+        """The files to be handed over add up to at least ``total`` bytes: with enough of them the workers start
+        now, and import the checker while the start reads its first files (instead of once it has read
+        ``start_bytes`` of them)."""
+        if self._pool is None and not self._failed and total and total >= self._start_bytes and self._workers >= 2:
+            self._start_pool()
+
+    def _start_pool(self) -> bool:
+        """Start the workers (each one at once, not at its first batch); False if there are no processes to be had
+        here (limits, no shared memory): then the start checks every file itself."""
+        pool = None
+        try:
+            pool = concurrent.futures.ProcessPoolExecutor(
+                self._workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_started,
+                initargs=(os.getpid(),),
+            )
+            for _ in range(self._workers):  # (a pool starts a process a submitted task, up to its size)
+                pool.submit(_ready)
+        except Exception:
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+            logger.warning("could not start processes to check files; the start checks them itself", exc_info=True)
+            self._failed = True
+            return False
+        self._pool = pool
+        return True
 
     def _batched(self, task: FileTask, context: Context) -> Iterator[tuple[Context, Verdict | None]]:
         self._batch.append((task, context))

@@ -112,8 +112,10 @@ class Recovery:
         report = RecoveryReport()
         checks = self._checks = FullChecks(now=self._now, workers=self._workers, start_bytes=self._parallel_bytes)
         try:
-            for space in self._datadir.spaces():
-                self._recover_space(space, chains, report, progress)
+            spaces = [(space, self._entries(space.sessions)) for space in self._datadir.spaces()]
+            checks.expect(self._unchained_bytes(spaces, chains))
+            for space, entries in spaces:
+                self._recover_space(space, entries, chains, report, progress)
             for held, verdict in checks.drain():
                 self._settle_checked(held, verdict, report)
         finally:
@@ -132,9 +134,28 @@ class Recovery:
         except FileNotFoundError:  # a folder verify found missing (a start makes every folder first)
             return []
 
+    def _unchained_bytes(
+        self, spaces: list[tuple[Space, list[tuple[str, str]]]], chains: dict[SessionKey, RecordChain]
+    ) -> int:
+        """The bytes of the session files no checkpoint chain names: each of them is checked whole (so are files
+        whose chain no longer fits them, found only as they are read)."""
+        total = 0
+        for space, entries in spaces:
+            for name, kind in entries:
+                if kind != FileKind.REGULAR or not name.endswith(LOG_SUFFIX):
+                    continue
+                if SessionKey(space.tenant, name[: -len(LOG_SUFFIX)]) in chains:
+                    continue
+                try:
+                    total += self._ops.lstat(os.path.join(space.sessions, name)).st_size
+                except OSError:  # gone, or unreadable: the file's own turn says so
+                    continue
+        return total
+
     def _recover_space(
         self,
         space: Space,
+        entries: list[tuple[str, str]],
         chains: dict[SessionKey, RecordChain],
         report: RecoveryReport,
         progress: Callable[[int], None] | None,
@@ -151,7 +172,7 @@ class Recovery:
             elif self._repair:  # old index files, a half-written journal, or planted: never read
                 self._remove_quietly(os.path.join(index_folder, name), kind)
         folder = str(space.sessions)
-        for name, kind in self._entries(space.sessions):
+        for name, kind in entries:
             size = self._recover_file(space, folder, name, kind, chains, cuts, report)
             report.files += 1
             if progress is not None:

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
+from app.backends.files.fullcheck import FullChecks
 from app.backends.files.recovery import Recovery
 from app.domain.errors import ErrorCode, ForklogError
 from app.domain.log import seed_log
@@ -215,6 +216,27 @@ def test_without_worker_processes_the_start_checks_every_file_itself(
             await without.close()
 
     asyncio.run(scenario())
+
+
+def test_the_workers_start_before_the_first_file_when_the_start_expects_enough_bytes(tmp_path: Path) -> None:
+    names = uncovered_store(tmp_path, sessions=3, turns=4)
+    tasks = [("default", name, str(tmp_path / "sessions" / f"{name}.jsonl")) for name in names]
+    sizes = [Path(path).stat().st_size for _, _, path in tasks]
+    few: FullChecks[None] = FullChecks(now=T0, workers=2, start_bytes=sum(sizes) + 1)
+    few.expect(sum(sizes))
+    assert not few.started
+    many: FullChecks[None] = FullChecks(now=T0, workers=2, start_bytes=sum(sizes))
+    many.expect(sum(sizes))
+    try:
+        assert many.started  # before any file was handed over
+        verdicts = [
+            verdict for task, size in zip(tasks, sizes, strict=True) for _, verdict in many.add((*task, size), None)
+        ]
+        verdicts += [verdict for _, verdict in many.drain()]
+    finally:
+        many.close()
+    assert len(verdicts) == 3 and all(verdict is not None and verdict[2] is None for verdict in verdicts)
+    assert many.files == 3
 
 
 _KILLED_START = """

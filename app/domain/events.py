@@ -36,6 +36,7 @@ CHUNK_TYPE = "assistant/chunk"
 
 _TURN_ENCLOSED = frozenset({"todo/write", "request/header", "request/context"})
 _STEP_SCOPED = frozenset({"step/end", "assistant/chunk", "assistant/message", "tool/call"})
+_ONLY_INTEGERS = frozenset({int})  # (the type of every plain seq: a bool's is bool)
 
 EventLookup = Callable[[int], dict[str, Any]]
 
@@ -317,8 +318,11 @@ def _provenance(event: dict[str, Any], shadowed: list[int]) -> None:
         if not raw and event["type"] != "assistant/message":
             raise Rejected("sourceEventSeqs must not be empty except on assistant/message")
         later = None
-        if all(type(source) is int for source in raw) and (not raw or (min(raw) >= 0 and max(raw) < event["seq"])):
-            sources = set(raw)  # plain earlier seqs (an assistant message cites its ~100 chunks): checked at once
+        # Plain earlier seqs (an assistant message cites its ~100 chunks) are checked at once: their types in one
+        # pass, their range from one sort (min() and max() compare one pair at a time, several times slower).
+        ordered = sorted(raw) if _ONLY_INTEGERS.issuperset(map(type, raw)) else None
+        if ordered is not None and (not ordered or (ordered[0] >= 0 and ordered[-1] < event["seq"])):
+            sources = set(raw)
         else:
             for source in raw:
                 if not is_event_seq(source):

@@ -55,7 +55,7 @@ NARROW_BYTES = 1 << 15
 
 
 def _digest(data: Buffer) -> bytes:
-    # (BLAKE3: a start digests every checkpointed byte it resumes, and SHA-256 was a tenth of a clean start here)
+    # (BLAKE3: a start digests every checkpointed byte it resumes; SHA-256 ran at a quarter of its speed here)
     return blake3(data).digest(DIGEST_BYTES)
 
 

@@ -270,9 +270,8 @@ def expand_record(value: Any) -> list[Any]:
     if not isinstance(value, dict):
         return [value]
     tag = value.get("type")
-    if tag not in ROW_TAGS:
+    if type(tag) is not str or tag not in ROW_TAGS:  # (a list or an object as type is no tag: the rules refuse it)
         return [value]
-    assert isinstance(tag, str)
     members = _validate_row(value, tag)
     data = value["data"]
     seq0 = int(value["seq0"])

@@ -94,6 +94,11 @@ def damaged_copies(data_dir: Path) -> dict[str, str]:
     split = lines[2].index(b',"seq"')  # an event over two lines, and two events on one: joined by commas, valid JSON
     lines[2:5] = [lines[2][:split], lines[2][split + 1 :], lines[3] + b"," + lines[4]]
     (folder / "split-line.jsonl").write_bytes(b"\n".join(lines))
+    lines = lines_of("type-not-a-string")
+    event = orjson.loads(lines[20])
+    event["type"] = [event["type"]]  # (unhashable: it once made the whole start fail, every session with it)
+    lines[20] = orjson.dumps(event)
+    (folder / "type-not-a-string.jsonl").write_bytes(b"\n".join(lines))
     lines = lines_of("newer")
     lines[0] = lines[0].replace(b'"version":0', b'"version":3')
     (folder / "newer.jsonl").write_bytes(b"\n".join(lines))
@@ -106,6 +111,7 @@ def damaged_copies(data_dir: Path) -> dict[str, str]:
         "seq-gap": "seq gap at line 31",
         "split-line": "line 3 is not a storage record",
         "broken-rule": "breaks the rules",
+        "type-not-a-string": "'type' must be a string",
         "newer": "newer",
         "empty": "no complete header line",
     }

@@ -124,6 +124,7 @@ class FileBackend(CatalogReads):
         self._check_workers = check_workers
         self._parallel_check_bytes = parallel_check_bytes
         self._checkpointer: Checkpointer | None = None
+        self._recovery: Recovery | None = None  # the start's reading of the files (begin_opening)
         self._recovering: concurrent.futures.Future[RecoveryReport] | None = None
         self._collecting = True  # whether the collector ran before the files were read
         self.recovery = RecoveryReport()  # what the start found (filled by open)
@@ -155,7 +156,7 @@ class FileBackend(CatalogReads):
         cold start keep the others busy). :meth:`open` takes up what this began; a second call does nothing."""
         if self._recovering is not None:
             return
-        recovery = Recovery(
+        recovery = self._recovery = Recovery(
             self.datadir,
             self.ops,
             self._cuts,
@@ -173,7 +174,8 @@ class FileBackend(CatalogReads):
         recovering = self._recovering = concurrent.futures.Future()
 
         def read_the_files() -> None:
-            recovering.set_running_or_notify_cancel()
+            if not recovering.set_running_or_notify_cancel():
+                return  # open() was cancelled before this thread began: nothing is read
             try:
                 recovering.set_result(recovery.run())
             except BaseException as exc:  # handed to open(), which raises it
@@ -252,6 +254,13 @@ class FileBackend(CatalogReads):
         if self._closed:
             return
         self._closed = True
+        recovering = self._recovering
+        if recovering is not None and not recovering.done():
+            # A start stopped while its files are read (a SIGTERM during a long cold start): nothing is written to,
+            # or unlocked under, the thread still reading them; it stops after its file.
+            assert self._recovery is not None
+            self._recovery.stop()
+            await asyncio.to_thread(concurrent.futures.wait, [recovering])
         try:
             if self._checkpointer is not None:
                 await self._checkpointer.close(flush=checkpoint)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ __all__ = [
     "RecoveredLog",
     "Recovery",
     "RecoveryReport",
+    "RecoveryStopped",
     "parse_header",
     "recover_log",
     "salvage_log",
@@ -44,6 +46,10 @@ __all__ = [
 logger = logging.getLogger("forklog.storage")
 
 # -- a whole data directory ------------------------------------------------------------------------------------------
+
+
+class RecoveryStopped(Exception):
+    """:meth:`Recovery.stop` was called: the files after the one being read were left as they were."""
 
 
 @dataclass(slots=True)
@@ -101,6 +107,12 @@ class Recovery:
         # Records of whole logs the workers checked, with their sessions, not in the journal yet.
         self._records: list[tuple[LiveSession, bytes]] = []
         self._records_bytes = 0
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        """Make :meth:`run` (in another thread) stop after the file it is reading, with :class:`RecoveryStopped`,
+        writing nothing more (a service stopped during a long start closes its store only once this has)."""
+        self._stopping.set()
 
     def run(self, progress: Callable[[int], None] | None = None) -> RecoveryReport:
         """Recover every session; ``progress(bytes)`` is called after each file."""
@@ -117,12 +129,17 @@ class Recovery:
             for space, entries in spaces:
                 self._recover_space(space, entries, chains, report, progress)
             for held, verdict in checks.drain():
+                self._stop_if_asked()
                 self._settle_checked(held, verdict, report)
         finally:
             checks.close()
         self._write_records(report)
         report.parallel_files = checks.files
         return report
+
+    def _stop_if_asked(self) -> None:
+        if self._stopping.is_set():
+            raise RecoveryStopped("the start was stopped while its files were read")
 
     def count_files(self) -> int:
         """How many entries the sessions folders hold (for a progress bar)."""
@@ -173,6 +190,7 @@ class Recovery:
                 self._remove_quietly(os.path.join(index_folder, name), kind)
         folder = str(space.sessions)
         for name, kind in entries:
+            self._stop_if_asked()
             size = self._recover_file(space, folder, name, kind, chains, cuts, report)
             report.files += 1
             if progress is not None:

@@ -10,6 +10,7 @@ import errno
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -342,3 +343,46 @@ def test_files_read_before_the_service_opens_are_the_files_it_serves(
         await failing.backend.close()
 
     asyncio.run(fails())
+
+
+def test_a_store_closed_while_its_files_are_read_is_closed_once_the_reading_stops(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service stopped during a long start (SIGTERM while a cold start checks its files) closes its store only
+    once the thread reading the files has stopped, after the file it was reading: nothing is written to, or
+    unlocked under, that thread."""
+    names = uncovered_store(data_dir, sessions=6, turns=2)
+    read: list[str] = []
+    reading, go_on = threading.Event(), threading.Event()
+    real_read = Recovery._recover_file
+
+    def held_up(self: Recovery, space: Any, folder: str, name: str, *args: Any) -> int:
+        read.append(name)
+        reading.set()
+        go_on.wait(10)
+        return real_read(self, space, folder, name, *args)
+
+    monkeypatch.setattr(Recovery, "_recover_file", held_up)
+    stopped = FileStore(data_dir)
+    stopped.backend.begin_opening()
+    assert reading.wait(10)
+
+    async def close_while_reading() -> None:
+        closing = asyncio.create_task(stopped.backend.close())
+        await asyncio.sleep(0.2)
+        assert not closing.done()  # the file being read is read to its end first
+        go_on.set()
+        await closing
+
+    asyncio.run(close_while_reading())
+    assert len(read) == 1  # and no file after it
+    monkeypatch.setattr(Recovery, "_recover_file", real_read)
+
+    async def reopened() -> None:
+        again = await FileStore(data_dir).open()
+        try:
+            assert sorted(live.key.id for live in again.page()) == sorted(names)
+        finally:
+            await again.close()
+
+    asyncio.run(reopened())

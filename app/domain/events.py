@@ -79,9 +79,10 @@ def admit(
 def admit_stored(state: LogState, raw: Any) -> bool:
     """Admit ``raw``, a stored event, at once when it has one of the common shapes whose checks are a handful of
     comparisons: exactly ``type``, ``seq``, ``time`` and ``data`` (integers where numbers are), of type
-    ``assistant/chunk``, ``step/start``, ``step/end``, ``turn/start`` or ``turn/end``, that the rules let through.
-    Then ``state`` changes exactly as :func:`admit` would change it (which would return ``raw`` itself) and True;
-    else nothing changes and False: :func:`admit` decides (and says why it refuses).
+    ``step/start``, ``step/end``, ``turn/start`` or ``turn/end``, that the rules let through. Then ``state`` changes
+    exactly as :func:`admit` would change it (which would return ``raw`` itself) and True; else nothing changes and
+    False: :func:`admit` decides (and says why it refuses). Streamed chunks, the same shape, are
+    :func:`admit_stored_chunks`'s, a run at a time.
 
     A start checks every stored event; most of a log is these few shapes (streamed chunks above all), and the
     general checks cost several times the parsing of the line.
@@ -105,18 +106,15 @@ def admit_stored(state: LogState, raw: Any) -> bool:
         return False
     try:
         turn = data["turn"]
-        if kind == "assistant/chunk" or kind == "step/end":
+        if kind == "step/end":
             step = data["step"]
             if type(turn) is not int or turn != state.open_turn or type(state.open_turn) is not int:
                 return False
             if type(step) is not int or step != state.open_step or type(state.open_step) is not int:
                 return False
-            if kind == "step/end":
-                state.pending = NO_PENDING
-                state.open_step = None
-                state.next_step += 1
-            elif type(data["chunk"]) is not dict:
-                return False
+            state.pending = NO_PENDING
+            state.open_step = None
+            state.next_step += 1
         elif kind == "step/start":
             step = data["step"]
             if type(turn) is not int or turn != state.open_turn or type(state.open_turn) is not int:
@@ -155,9 +153,10 @@ def admit_stored(state: LogState, raw: Any) -> bool:
 
 
 def admit_stored_chunks(state: LogState, events: Sequence[Any], start: int) -> int:
-    """Admit the run of streamed chunks of the open step that begins at ``events[start]``, each of the shape
-    :func:`admit_stored` admits at once; return the index just past the run (``start`` when the first is no such
-    chunk). ``state`` changes exactly as admitting them one at a time would change it.
+    """Admit the run of streamed chunks of the open step that begins at ``events[start]``: each exactly ``type``,
+    ``seq``, ``time`` and ``data`` (integers where numbers are), ``data`` naming the open turn and step and holding
+    a ``chunk`` object. Return the index just past the run (``start`` when the first is no such chunk); ``state``
+    changes exactly as :func:`admit` would change it for each (anything else: :func:`admit` decides).
 
     Most of a log is such runs (a step streams tens to hundreds of chunks), so a run is checked in one loop that
     reads the open turn and step once and writes the state once.

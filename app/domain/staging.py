@@ -196,7 +196,8 @@ def stage_stored(
     """:func:`stage` of stored events (``appended=False``) whose bytes are known: ``window`` is their lines, each
     ending in a newline, ``lines`` the same without the newlines, and ``values[i]`` was parsed from ``lines[i]``,
     whose bytes are its canonical encoding. The staged bytes are ``window`` itself (nothing is encoded again) and the
-    common shapes are admitted at once (:func:`~app.domain.events.admit_stored`).
+    common shapes are admitted at once (:func:`~app.domain.events.admit_stored_chunks`, a run of chunks at a time,
+    and :func:`~app.domain.events.admit_stored`).
 
     None when that is not all there is to it: a value that is no stored event (no ``seq`` and ``time``, the wrong
     seq, a packed row), an event the rules refuse, or one that would be stored in another form than it came.

@@ -203,18 +203,8 @@ def _recover_events(data: bytes, position: int, log: Grown, *, now: int, line_no
 def _stage_canonical(log: GrowingLog, window: bytes, lines: list[bytes], *, now: int) -> StagedEvents | None:
     """The window's events staged as they lie (:func:`stage_stored`) when every line is canonical lossless JSON of
     one stored event the rules let through; else None."""
-    try:
-        values = list(map(orjson.loads, lines))  # a line each: a value never spans lines
-        if may_round_trip_lossily(window):
-            return None
-        written = orjson.dumps(values)
-    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
-        return None
-    # The values written back are "[" + the lines joined by "," + "]" exactly when each line is its value's
-    # canonical text (compared in place: the window is not copied into that form).
-    if len(written) != len(window) + 1 or not written.startswith(memoryview(window.replace(b"\n", b","))[:-1], 1):
-        return None
-    return stage_stored(log, window, lines, values, now=now)
+    values = _parse_canonical(lines, window)
+    return None if values is None else stage_stored(log, window, lines, values, now=now)
 
 
 def salvage_log(session_id: str, data: bytes, *, now: int) -> tuple[SessionHeader, SessionLog, str | None]:
@@ -265,17 +255,23 @@ def _window_events(lines: list[bytes], line_no: int, first_seq: int) -> list[Any
     return events
 
 
-def _parse_canonical(lines: list[bytes]) -> list[Any] | None:
+def _parse_canonical(lines: list[bytes], window: bytes | None = None) -> list[Any] | None:
     """All the lines' values, when every line is canonical lossless JSON of one value; else None (parse each).
+    ``window`` is the lines each with its newline, when the caller has it.
 
     Each line is parsed on its own: the lines joined by commas may parse as well when they do not hold one value
-    each (an event split over two lines beside two events on one line), and such a file is damaged."""
-    joined = b"[" + b",".join(lines) + b"]"
-    if any(not line for line in lines) or may_round_trip_lossily(joined):
+    each (an event split over two lines beside two events on one line), and such a file is damaged. The values
+    written back are "[" + the lines joined by "," + "]" exactly when each line is its value's canonical text;
+    that is compared without building the joined form (one copy of the window, not four)."""
+    if window is None:
+        window = b"\n".join([*lines, b""])
+    if may_round_trip_lossily(window):
         return None
     try:
-        values = list(map(orjson.loads, lines))
-        canonical = orjson.dumps(values) == joined
+        values = list(map(orjson.loads, lines))  # (an empty line raises)
+        written = orjson.dumps(values)
     except (orjson.JSONDecodeError, orjson.JSONEncodeError):
         return None
-    return values if canonical else None
+    if len(written) != len(window) + 1 or not written.startswith(memoryview(window.replace(b"\n", b","))[:-1], 1):
+        return None
+    return values

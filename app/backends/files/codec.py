@@ -132,19 +132,12 @@ def header_from_record(record: dict[str, Any], session_id: str) -> SessionHeader
 # exponent letter to "e", those delimiters to "D", anything else to "x") and only number tokens are looked at: a hex
 # digest or a uuid inside a string ("...0e4f...") is not taken for an exponent. The check stays exact (it never
 # misses a lossy number); it may still flag a string that holds ":1e5", which only costs the slower exact parse.
-_SHAPE = bytes.maketrans(
-    bytes(range(256)),
-    bytes(
-        ord("0")
-        if char in b"0123456789.-"
-        else ord("e")
-        if char in b"eE"
-        else ord("D")
-        if char in b":,[\n"
-        else ord("x")
-        for char in range(256)
-    ),
-)
+_SHAPE_OF = {
+    **dict.fromkeys(b"0123456789.-", ord("0")),
+    **dict.fromkeys(b"eE", ord("e")),
+    **dict.fromkeys(b":,[\n", ord("D")),
+}
+_SHAPE = bytes.maketrans(bytes(range(256)), bytes(_SHAPE_OF.get(char, ord("x")) for char in range(256)))
 _SIXTEEN_NUMBER_CHARACTERS = b"D" + b"0" * 16
 _MAY_BE_EXPONENT = re.compile(rb"0e")  # (a compiled search of two bytes: several times faster than ``in`` here)
 _NUMBER, _DELIMITER = ord("0"), ord("D")

@@ -125,7 +125,8 @@ class Recovery:
         checks = self._checks = FullChecks(now=self._now, workers=self._workers, start_bytes=self._parallel_bytes)
         try:
             spaces = [(space, self._entries(space.sessions)) for space in self._datadir.spaces()]
-            checks.expect(self._unchained_bytes(spaces, chains))
+            if self._workers >= 2:  # (a file's size costs a system call: asked only where workers may start)
+                checks.expect(self._unchained_bytes(spaces, chains, enough=self._parallel_bytes))
             for space, entries in spaces:
                 self._recover_space(space, entries, chains, report, progress)
             for held, verdict in checks.drain():
@@ -152,10 +153,10 @@ class Recovery:
             return []
 
     def _unchained_bytes(
-        self, spaces: list[tuple[Space, list[tuple[str, str]]]], chains: dict[SessionKey, RecordChain]
+        self, spaces: list[tuple[Space, list[tuple[str, str]]]], chains: dict[SessionKey, RecordChain], *, enough: int
     ) -> int:
-        """The bytes of the session files no checkpoint chain names: each of them is checked whole (so are files
-        whose chain no longer fits them, found only as they are read)."""
+        """The bytes of the session files no checkpoint chain names, counted up to ``enough``: each of them is
+        checked whole (so are files whose chain no longer fits them, found only as they are read)."""
         total = 0
         for space, entries in spaces:
             for name, kind in entries:
@@ -167,6 +168,8 @@ class Recovery:
                     total += self._ops.lstat(os.path.join(space.sessions, name)).st_size
                 except OSError:  # gone, or unreadable: the file's own turn says so
                     continue
+                if total >= enough:
+                    return total
         return total
 
     def _recover_space(

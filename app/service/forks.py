@@ -12,6 +12,7 @@ import orjson
 from app.backends.base import Backend, CountsLocally, SeedPrefix
 from app.backends.errors import StaleHead
 from app.domain.boundary import fork_lineage
+from app.domain.dsh_records import header_bytes
 from app.domain.errors import ErrorCode, EventRejected, SessionAlreadyExists, SessionForkError
 from app.domain.ids import check_id
 from app.domain.session import Session, SessionHeader, SessionKey, check_live, lineage_attrs
@@ -21,7 +22,7 @@ from app.service.errors import invalid_event
 from app.service.idempotency import IdempotentChange
 from app.service.locks import KeyedLocks
 from app.service.observer import SessionObserver
-from app.service.quotas import QuotaLedger, header_bytes
+from app.service.quotas import QuotaLedger
 from app.service.reads import find_live
 
 __all__ = ["Forks", "Snapshot"]

@@ -11,7 +11,7 @@ import pytest
 
 from app.backends.base import Backend, SeedPrefix
 from app.backends.files import FileBackend
-from app.backends.files.codec import encode_header
+from app.domain.dsh_records import encode_header
 from app.domain.errors import EventRejected
 from app.domain.ids import new_instance
 from app.domain.listing import ListQuery, OrderKey, PageRequest

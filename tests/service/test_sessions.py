@@ -11,8 +11,8 @@ import pytest
 from app.api.wire import session_json
 from app.backends.catalog import LiveSession
 from app.backends.errors import StorageUnavailable
-from app.backends.files.codec import header_record
 from app.backends.memory import MemoryBackend
+from app.domain.dsh_records import header_record
 from app.domain.errors import ErrorCode, SessionError
 from app.domain.log import SessionLog
 from app.domain.session import DEFAULT_TENANT, Session, SessionHeader, SessionKey

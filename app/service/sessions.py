@@ -55,7 +55,6 @@ __all__ = [
     "SessionService",
     "Snapshot",
     "TailEvents",
-    "wall_clock_ms",
 ]
 
 logger = logging.getLogger("forklog.service")
@@ -136,15 +135,6 @@ class SessionService:
             changes=self.changes,
             observer=observer,
         )
-        # The reads, the snapshot and the fork are those services' own methods, handed out here as well.
-        self.get = self.reads.get
-        self.page = self.reads.page
-        self.read = self.reads.read
-        self.history = self.reads.history
-        self.tail = self.reads.tail
-        self.lineage = self.reads.lineage
-        self.snapshot = self.forks.snapshot
-        self.fork = self.forks.fork
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
 

@@ -48,8 +48,9 @@ from app.backends.observer import StorageObserver
 from app.backends.search_index import SqliteSearchEngine
 from app.domain.dsh_records import encode_header
 from app.domain.errors import SessionAlreadyExists
-from app.domain.log import SessionLog, StagedEvents
+from app.domain.log import SessionLog
 from app.domain.session import Session, SessionHeader, SessionKey, head_of
+from app.domain.staging import StagedEvents
 
 __all__ = ["FileBackend"]
 

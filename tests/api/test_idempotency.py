@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -219,3 +220,16 @@ def test_an_append_to_a_session_deleted_since_replays_its_answer_after_a_restart
     client = restarted(client, make_client)
     assert_replayed(first, post(client, "/sessions/s/events", body))
     assert events_of(client, "s") == []
+
+
+def test_a_create_expired_since_replays_after_a_restart_and_is_not_made_again(make_client: ClientFactory) -> None:
+    from tests.api.test_retention import wait_gone
+
+    client = make_client(retention="PT2S")
+    body = {"id": "idem1", "seed": turn(1)}
+    first = post(client, "/sessions", body)
+    assert first.status_code == 201
+    wait_gone(client, "idem1", time.monotonic())
+    client = restarted(client, make_client)
+    assert_replayed(first, post(client, "/sessions", body))
+    assert client.get("/sessions/idem1").status_code == 404, "the retry made the session again"

@@ -484,7 +484,9 @@ class FileBackend(CatalogReads):
             await asyncio.to_thread(self.remembered.forget, before)
 
     def _delete_file(self, key: SessionKey) -> None:
-        """Rename the file out of sessions/ (atomic), sync the folder, then unlink it."""
+        """Note that the session's kept idempotency records stand (their changes were made: a retry after a restart
+        must still replay them), then rename the file out of sessions/ (atomic), sync the folder, and unlink it."""
+        self.remembered.settle(key.tenant, key.id)
         ops = self.ops
         space = self.datadir.space(key.tenant)
         path = space.log_path(key.id)

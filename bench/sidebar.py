@@ -34,13 +34,14 @@ import httpx
 from app.api.app import create_app
 from app.api.settings import Settings
 from app.backends.files import FileBackend
-from app.backends.files.codec import encode_header
 from app.backends.postgres import PostgresBackend
 from app.backends.postgres.state import encode_state
+from app.domain.clock import wall_clock_ms
+from app.domain.dsh_records import encode_header
 from app.domain.log import seed_log
 from app.domain.log_state import LogState
 from app.domain.session import SessionHeader, SessionKey
-from app.service.sessions import SessionService, wall_clock_ms
+from app.service.sessions import SessionService
 from bench.report import Row, skipped
 from bench.util import env_int, log
 from tests.support.postgres import PostgresCluster, PostgresError, fresh_database_name

@@ -13,7 +13,7 @@ from typing import Any
 from app.backends.base import Seed, SeedLog, Tip, Usage
 from app.backends.catalog import Catalog
 from app.backends.errors import StaleHead
-from app.backends.files.codec import encode_header
+from app.domain.dsh_records import header_bytes
 from app.domain.errors import SessionAlreadyExists
 from app.domain.listing import PageRequest
 from app.domain.log import SessionLog
@@ -69,7 +69,7 @@ class CatalogReads:
         while True:
             page = self.catalog.page(tenant, request)
             for live in page:
-                size += len(encode_header(live.header)) + live.body_bytes()
+                size += header_bytes(live.header) + live.body_bytes()
             sessions += len(page)
             if len(page) < USAGE_PAGE:
                 return Usage(sessions, size)

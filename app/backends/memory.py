@@ -15,8 +15,9 @@ from app.backends.catalog_reads import CatalogReads, starting_log
 from app.backends.errors import IdempotencyKeyTaken
 from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
 from app.domain.errors import SessionAlreadyExists
-from app.domain.log import SessionLog, StagedEvents
+from app.domain.log import SessionLog
 from app.domain.session import Session, SessionHeader, SessionKey
+from app.domain.staging import StagedEvents
 
 __all__ = ["IdempotencyRecords", "MemoryBackend"]
 

@@ -28,10 +28,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from app.backends.base import Backend, each_session
 from app.backends.errors import SessionCorrupt, StorageError
 from app.backends.files import FileBackend
-from app.backends.files.codec import loads_stored
 from app.backends.postgres import PostgresBackend
 from app.cli.stores import ReadableStore, describe, readable_store
 from app.domain.clock import wall_clock_ms
+from app.domain.dsh_records import loads_stored
 from app.domain.errors import EventRejected, SessionAlreadyExists
 from app.domain.listing import PageRequest
 from app.domain.log import SessionLog

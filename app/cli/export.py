@@ -17,11 +17,11 @@ import sys
 from typing import BinaryIO
 
 from app.backends.errors import SessionCorrupt, StorageError
-from app.backends.files.codec import encode_header
 from app.backends.files.reader import FileReader
 from app.backends.files.recovery import CorruptLog
 from app.cli.store_flags import add_store_flags, store_settings
 from app.cli.stores import ReadableStore, on_open_store, store_of_settings
+from app.domain.dsh_records import encode_header
 from app.domain.errors import InvalidId
 from app.domain.ids import check_id
 from app.domain.session import DEFAULT_TENANT, SessionKey

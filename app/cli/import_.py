@@ -18,10 +18,10 @@ from typing import Any
 
 from app.backends.base import Backend
 from app.backends.errors import SessionCorrupt, StorageError
-from app.backends.files.codec import MalformedRecord, decode_line, header_from_record, header_problem, parse_line
 from app.cli.store_flags import add_store_flags, store_settings
 from app.cli.stores import on_open_store, writable_store_of_settings
 from app.domain.clock import wall_clock_ms
+from app.domain.dsh_records import MalformedRecord, decode_line, header_from_record, header_problem, parse_line
 from app.domain.errors import InvalidId, SessionAlreadyExists, SessionError
 from app.domain.ids import check_id, new_instance
 from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep

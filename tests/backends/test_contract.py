@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -484,3 +485,34 @@ async def test_forgotten_records_are_gone_and_their_changes_stay(backend: Backen
     await backend.forget(wall_clock_ms() + 1)
     assert await backend.recall(DEFAULT_TENANT, "k") is None
     assert (await everything(backend, "s")).count(b"\n") == 8
+
+
+async def test_a_record_outlives_the_deletion_of_its_session_until_it_is_forgotten(
+    make_backend: BackendFactory,
+) -> None:
+    backend = await make_backend.open()
+    made_at = wall_clock_ms()
+    await backend.create(
+        key("s"), new_instance(), {}, SeedLog(seed_log(turn(1), now=NOW)), remember=lambda m: record("made", m, 0)
+    )
+    batch = await staged(backend, "s", turn(2))
+    found = await backend.find(key("s"))
+    assert found is not None
+    grown = Session(found.key, found.header, head_of(batch.state))
+    await backend.append(key("s"), batch, remember=[replace(record("grew", grown, 8), created_at=made_at - 10_000)])
+    await backend.delete(key("s"))
+    await create(backend, "s")  # another incarnation under the id: the records are still those of the first
+    if make_backend.durable:
+        backend = await make_backend.reopen(backend)
+    made, grew = await backend.recall(DEFAULT_TENANT, "made"), await backend.recall(DEFAULT_TENANT, "grew")
+    assert made is not None and (made.session, made.end_seq) == ("s", 8)
+    assert grew is not None and (grew.first_seq, grew.end_seq) == (8, 16)
+    await backend.forget(made_at - 5_000)  # the append's record is past its keeping time, the create's is not
+    if make_backend.durable:
+        backend = await make_backend.reopen(backend)
+    assert await backend.recall(DEFAULT_TENANT, "grew") is None
+    assert await backend.recall(DEFAULT_TENANT, "made") is not None
+    await backend.forget(wall_clock_ms() + 1)
+    if make_backend.durable:
+        backend = await make_backend.reopen(backend)
+    assert await backend.recall(DEFAULT_TENANT, "made") is None

@@ -35,7 +35,6 @@ from app.backends.catalog import Catalog, LiveSession
 from app.backends.catalog_reads import CatalogReads, starting_log
 from app.backends.errors import Access
 from app.backends.files.checkpointer import REWRITE_MIN_BYTES, Checkpointer
-from app.backends.files.codec import encode_header
 from app.backends.files.cuts import CUT_SUFFIX, CutRecords
 from app.backends.files.datadir import DataDir
 from app.backends.files.disk_errors import disk_errors
@@ -47,9 +46,11 @@ from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, pa
 from app.backends.files.writer import OPEN_FILES, AppendWriter
 from app.backends.observer import StorageObserver
 from app.backends.search_index import SqliteSearchEngine
+from app.domain.dsh_records import encode_header
 from app.domain.errors import SessionAlreadyExists
-from app.domain.log import SessionLog, StagedEvents
+from app.domain.log import SessionLog
 from app.domain.session import Session, SessionHeader, SessionKey, head_of
+from app.domain.staging import StagedEvents
 
 __all__ = ["FileBackend"]
 
@@ -483,7 +484,9 @@ class FileBackend(CatalogReads):
             await asyncio.to_thread(self.remembered.forget, before)
 
     def _delete_file(self, key: SessionKey) -> None:
-        """Rename the file out of sessions/ (atomic), sync the folder, then unlink it."""
+        """Note that the session's kept idempotency records stand (their changes were made: a retry after a restart
+        must still replay them), then rename the file out of sessions/ (atomic), sync the folder, and unlink it."""
+        self.remembered.settle(key.tenant, key.id)
         ops = self.ops
         space = self.datadir.space(key.tenant)
         path = space.log_path(key.id)

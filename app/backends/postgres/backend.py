@@ -40,9 +40,10 @@ from app.backends.postgres.tips import CachedTip, StoredTip
 from app.domain.errors import SessionAlreadyExists
 from app.domain.history import fold_surface
 from app.domain.limits import NO_LIMITS
-from app.domain.log import SessionLog, StagedEvents, replace_targets, stage
+from app.domain.log import SessionLog
 from app.domain.log_state import LogState
 from app.domain.session import HEADER_FIELDS, Session, SessionHeader, SessionKey, head_of
+from app.domain.staging import StagedEvents, replace_targets, stage
 from app.domain.summary import TITLE_TYPE, title_of
 
 __all__ = ["PostgresBackend"]

@@ -16,8 +16,8 @@ import pytest
 from app.api.wire import session_json
 from app.backends.errors import DataDirLocked
 from app.backends.files import FileBackend
-from app.backends.files.codec import decode_line
 from app.domain.clock import wall_clock_ms
+from app.domain.dsh_records import decode_line
 from app.domain.errors import ErrorCode, ForklogError
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import REPO, FileStore, OpenStore, observe, session_file

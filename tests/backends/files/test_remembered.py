@@ -1,5 +1,6 @@
 """The file backend's idempotency records: written before their change, so that no change is ever durable without
-its key, and reconciled at start, so that no key outlives a change that was never made."""
+its key, and reconciled at start, so that no key outlives a change that was never made, while the key of a change
+made and deleted since is kept for its 24 hours."""
 
 from __future__ import annotations
 
@@ -88,3 +89,51 @@ def test_a_record_whose_events_were_replaced_is_dropped_at_start(data_dir: Path)
     again = client.post("/sessions/s/events", json={"events": [note("a")]}, headers=KEY)
     assert again.status_code == 201 and "idempotent-replayed" not in again.headers
     client.__exit__(None, None, None)
+
+
+def test_a_record_whose_create_never_landed_is_dropped_though_its_id_was_deleted_since(data_dir: Path) -> None:
+    ops = FaultyFileOps()
+    client = client_on(data_dir, ops)
+    ops.fault("link", eio)
+    assert client.post("/sessions", json={"id": "s"}, headers=KEY).status_code == 503
+    ops.heal("link")
+    assert client.post("/sessions", json={"id": "s"}).status_code == 201  # made without the key
+    assert client.delete("/sessions/s").status_code == 204
+    client.__exit__(None, None, None)
+
+    client = client_on(data_dir, FaultyFileOps())
+    made = client.post("/sessions", json={"id": "s"}, headers=KEY)
+    assert made.status_code == 201 and "idempotent-replayed" not in made.headers
+    assert client.get("/sessions/s").status_code == 200
+    client.__exit__(None, None, None)
+
+
+def test_a_record_whose_append_was_refused_is_dropped_though_its_session_was_deleted_since(data_dir: Path) -> None:
+    ops = FaultyFileOps()
+    client = client_on(data_dir, ops)
+    client.post("/sessions", json={"id": "s"})
+    session_file = str(data_dir / "sessions" / "s.jsonl")
+    ops.fault(
+        "write", lambda fd, data: eio() if os.readlink(f"/proc/self/fd/{fd}") == session_file else os.write(fd, data)
+    )
+    assert client.post("/sessions/s/events", json={"events": [note("a")]}, headers=KEY).status_code == 503
+    ops.heal("write")
+    assert client.delete("/sessions/s").status_code == 204  # the record names this very incarnation
+    client.__exit__(None, None, None)
+
+    client = client_on(data_dir, FaultyFileOps())
+    again = client.post("/sessions/s/events", json={"events": [note("a")]}, headers=KEY)
+    assert again.status_code == 404 and "idempotent-replayed" not in again.headers
+    client.__exit__(None, None, None)
+
+
+def test_the_key_of_a_deleted_session_is_kept_over_many_restarts(data_dir: Path) -> None:
+    client = client_on(data_dir, FaultyFileOps())
+    first = client.post("/sessions", json={"id": "s"}, headers=KEY)
+    assert client.delete("/sessions/s").status_code == 204
+    client.__exit__(None, None, None)
+    for _ in range(2):  # the first start writes the file anew: the second reads what it wrote
+        client = client_on(data_dir, FaultyFileOps())
+        again = client.post("/sessions", json={"id": "s"}, headers=KEY)
+        assert again.headers.get("idempotent-replayed") == "true" and again.content == first.content
+        client.__exit__(None, None, None)

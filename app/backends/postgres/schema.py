@@ -26,7 +26,8 @@ Tables (every name starts with ``forklog_``):
   for a version-1 replica still running during an upgrade).
 
 - ``search``: per session, the words of its searchable text as a ``tsvector`` (GIN index) and the incarnation and
-  count of events they cover (version 5; :mod:`app.backends.postgres.search`).
+  count of events they cover (version 5; :mod:`app.backends.postgres.search`), each word after its tenant's tag
+  (version 7, which emptied the untagged rows).
 
 - ``state_fill``: the logs whose rows an older forklog wrote without the sidebar's members (version 6), emptied by
   the next start (:mod:`app.backends.postgres.state_fill`).
@@ -177,6 +178,12 @@ MIGRATIONS: tuple[str, ...] = (
         SELECT log FROM forklog_sessions WHERE jsonb_array_length(state::jsonb) = 8
         UNION
         SELECT DISTINCT log FROM forklog_turn_ends WHERE jsonb_array_length(checkpoint::jsonb) = 3;
+    """,
+    # 7: search's words carry their tenant's tag (app.backends.postgres.search), so that no search reaches another
+    # tenant's words: the untagged rows go, and the replicas fill them anew (the index is derived data; sessions
+    # without a row are searched directly meanwhile).
+    """
+    TRUNCATE forklog_search;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -19,6 +19,14 @@ session with that instance, holding those events, byte for byte), as before. A r
 failed is never kept in memory, so no note ever names it, and a later delete of its session does not revive it.
 Records older than the keeping time go at start and at each sweep, settled or not; both write the file anew with
 the notes folded into their records (a settled record's line says so), so notes never pile up.
+
+A sweep's rewrite moves every line, those of changes in flight too (written, not kept yet): such a change's place,
+found when it wrote its record, is then stale, and reading by it would give a retry another line's bytes. The
+rewrite therefore also notes where the records no change has kept yet lie now, by key, and a change kept after a
+rewrite takes its record's place from there. By key is exact: a key has one change in flight at most (the service
+runs one request per key at a time), and its record is the key's last line, as for a start. (Holding the lock
+from a record's write to its keep would make every keyed change wait for the whole write of every other; tracking
+each change in flight would need every path on which a change fails to say so. This needs neither.)
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ class _Place:
     offset: int
     length: int
     created_at: int
+    rewrites: int  # how many rewrites of the file came before this place was found: each later one moves it
 
 
 @dataclass(slots=True)
@@ -162,6 +171,9 @@ class IdempotencyJournal:
         self._ops = ops
         self._sync = sync
         self._places: dict[tuple[str, str], _Place] = {}
+        self._rewrites = 0
+        # Where the last rewrite put the records not kept (yet): those of changes in flight, or refused.
+        self._unkept: dict[tuple[str, str], _Place] = {}
         # The keys of the kept records no deletion note names yet, by the tenant and id of their session.
         self._unsettled: dict[tuple[str, str], set[str]] = {}
         self._lock = threading.Lock()  # writes, reads by offset and rewrites of the file take turns
@@ -198,7 +210,8 @@ class IdempotencyJournal:
 
     def _rewrite(self, entries: list[_Entry], *, index_all: bool = True) -> None:
         """Replace the file with ``entries`` (atomically) and index them: all of them, or (``index_all=False``)
-        those indexed already (the others belong to changes in flight, or refused: a start decides on them)."""
+        those indexed already (the others belong to changes in flight, which keep them later, or refused: a start
+        decides on them)."""
         temporary = self._path.parent / f".{JOURNAL_NAME}.{uuid.uuid4().hex[:12]}.tmp"
         fd = self._ops.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
@@ -215,18 +228,21 @@ class IdempotencyJournal:
             with contextlib.suppress(OSError):
                 self._ops.unlink(temporary)
             raise
+        self._rewrites += 1
         self._index(entries, index_all=index_all)
 
     def _index(self, entries: list[_Entry], *, index_all: bool) -> None:
-        """Where each record of the file's ``entries`` lies (the last line of a key is its record)."""
-        chosen: dict[tuple[str, str], tuple[_Place, _Entry]] = {}
+        """Where each record of the file's ``entries`` lies (the last line of a key is its record), and where those
+        not indexed lie (see :meth:`keep`)."""
+        last: dict[tuple[str, str], tuple[_Place, _Entry]] = {}
         offset = 0
         for entry in entries:
-            slot = (entry.record.tenant, entry.record.key)
-            if index_all or slot in self._places:
-                chosen[slot] = (_Place(offset, len(entry.line), entry.record.created_at), entry)
+            place = _Place(offset, len(entry.line), entry.record.created_at, self._rewrites)
+            last[(entry.record.tenant, entry.record.key)] = (place, entry)
             offset += len(entry.line) + 1
+        chosen = {slot: found for slot, found in last.items() if index_all or slot in self._places}
         self._places = {slot: place for slot, (place, _) in chosen.items()}
+        self._unkept = {slot: place for slot, (place, _) in last.items() if slot not in chosen}
         self._unsettled = {}
         for _, entry in chosen.values():
             if not entry.settled:
@@ -248,10 +264,11 @@ class IdempotencyJournal:
         data = [_encode(record, digest) for record, digest in records]
         with self._lock:  # a place found under the lock stays right until the next rewrite, which takes it too
             start = self._append(b"".join(data))
+            rewrites = self._rewrites
         placed = []
         offset = start
         for (record, _), line in zip(records, data, strict=True):
-            placed.append((record, _Place(offset, len(line) - 1, record.created_at)))
+            placed.append((record, _Place(offset, len(line) - 1, record.created_at, rewrites)))
             offset += len(line)
         return placed
 
@@ -272,9 +289,15 @@ class IdempotencyJournal:
         if not placed:  # most changes carry no Idempotency-Key: no lock to take
             return
         with self._lock:
-            for record, place in placed:
-                self._places[(record.tenant, record.key)] = place
-                self._unsettle(record)
+            for record, written in placed:
+                slot = (record.tenant, record.key)
+                moved = self._unkept.pop(slot, None)
+                # Rewritten since the record was written: it lies where the rewrite put it (if it expired meanwhile,
+                # a change in flight for the whole keeping time, it is gone and there is nothing left to replay).
+                place = written if written.rewrites == self._rewrites else moved
+                if place is not None:
+                    self._places[slot] = place
+                    self._unsettle(record)
 
     def settle(self, tenant: str, session: str) -> None:
         """The session is about to be deleted: note durably that the changes of its kept records were made, so that
@@ -303,8 +326,8 @@ class IdempotencyJournal:
 
     def forget(self, before: int) -> None:
         """Drop the records made before ``before``: the file is rewritten with the others."""
-        if not any(place.created_at < before for place in self._places.values()):
-            return
-        with self._lock:
+        with self._lock:  # (a change kept meanwhile would change the places' size while they are looked through)
+            if not any(place.created_at < before for place in self._places.values()):
+                return
             entries, _, _ = _fold(self._read_lines())
             self._rewrite([entry for entry in entries if entry.record.created_at >= before], index_all=False)

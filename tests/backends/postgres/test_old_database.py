@@ -37,7 +37,8 @@ def serve(url: str, data_dir: Path) -> TestClient:
 
 async def as_version_3_left_it(url: str) -> None:
     """Rewrite the database as forklog's schema version 3 wrote it: the rules' state of 8 columns and checkpoints of
-    3 (``encode_state`` and ``encode_checkpoint`` of that code: orjson of the list), no updated_at, no search."""
+    3 (``encode_state`` and ``encode_checkpoint`` of that code: orjson of the list), no updated_at nor changed_at, no
+    search."""
     conn = await asyncpg.connect(url)
     try:
         async with conn.transaction():
@@ -50,6 +51,7 @@ async def as_version_3_left_it(url: str) -> None:
                     "UPDATE forklog_turn_ends SET checkpoint = $3 WHERE log = $1 AND seq = $2", log, seq, old
                 )
             await conn.execute("ALTER TABLE forklog_sessions DROP COLUMN updated_at")
+            await conn.execute("ALTER TABLE forklog_sessions DROP COLUMN changed_at")
             await conn.execute("DROP TABLE forklog_search")
             await conn.execute("DROP TABLE forklog_state_fill")
             await conn.execute("UPDATE forklog_schema SET version = 3")

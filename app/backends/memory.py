@@ -75,7 +75,7 @@ class MemoryBackend(CatalogReads):
         self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed, remember: Remember | None = None
     ) -> Session:
         log = starting_log(self.catalog, key, seed)
-        live = LiveSession(key, self.catalog.new_header(key, instance, lineage), log)
+        live = LiveSession(key, self.catalog.new_header(key, instance, lineage), log, changed_at=self.catalog.now())
         records = [remember(live.view())] if remember is not None else []
         self.remembered.check_free(records)
         self.catalog.add(live)
@@ -95,7 +95,7 @@ class MemoryBackend(CatalogReads):
     async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
         if self.catalog.get(key) is not None:
             raise SessionAlreadyExists(key.id)
-        live = LiveSession(key, header, log)
+        live = LiveSession(key, header, log, changed_at=self.catalog.now())
         self.catalog.add(live)
         return live.view()
 

@@ -234,8 +234,9 @@ class BatchWriter:
                 waiting.fail(refusal)
             if combined is None:
                 return
+            changed_at = self._clock()  # (the backend stamps what it stores with its own reading of the clock)
             answers = [
-                (waiting, Appended(staged.events, staged.lines, _after(tip.session, staged)))
+                (waiting, Appended(staged.events, staged.lines, _after(tip.session, staged, changed_at)))
                 for waiting, staged in accepted
             ]
             records = [waiting.record(answer) for waiting, answer in answers if waiting.record is not None]
@@ -329,5 +330,5 @@ class BatchWriter:
         return accepted, refused, combined
 
 
-def _after(session: Session, staged: StagedEvents) -> Session:
-    return Session(session.key, session.header, head_of(staged.state))
+def _after(session: Session, staged: StagedEvents, changed_at: int) -> Session:
+    return Session(session.key, session.header, head_of(staged.state), changed_at)

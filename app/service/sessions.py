@@ -44,7 +44,7 @@ from app.service.locks import KeyedLocks
 from app.service.observer import NO_SESSION_OBSERVER, SessionObserver
 from app.service.quotas import QuotaLedger
 from app.service.reads import Deleted, Lineage, SessionReads, TailEvents, find_live
-from app.service.retention import Retention
+from app.service.retention import Retention, is_expired
 from app.service.search import Searcher
 
 __all__ = [
@@ -290,7 +290,7 @@ class SessionService:
                 session = await self.backend.find(key)
             except SessionCorrupt:
                 return False
-            if session is None or session.updated_at >= cutoff:
+            if session is None or not is_expired(session, cutoff):
                 return False  # gone already, or appended to meanwhile
             await self._delete(session)
             return True

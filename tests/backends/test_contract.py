@@ -449,7 +449,7 @@ async def test_a_record_is_kept_with_the_change_it_made(make_backend: BackendFac
     batch = await staged(backend, "s", turn(2))
     after = await backend.find(key("s"))
     assert after is not None
-    grown = Session(after.key, after.header, head_of(batch.state))
+    grown = Session(after.key, after.header, head_of(batch.state), after.changed_at)
     await backend.append(key("s"), batch, remember=[record("k2", grown, 8)])
     kept = await backend.recall(DEFAULT_TENANT, "k2")
     assert kept is not None and (kept.first_seq, kept.end_seq) == (8, 16)

@@ -94,7 +94,7 @@ class StoreHarness:
 
     def adopt(self, header: SessionHeader, log: SessionLog) -> None:
         """Put a session in the store as a recovery would."""
-        self.backend.catalog.add(LiveSession(self.key(header.id), header, log))
+        self.backend.catalog.add(LiveSession(self.key(header.id), header, log, changed_at=self.backend.catalog.now()))
 
     # -- operations ------------------------------------------------------------------------------------------------
 

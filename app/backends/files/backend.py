@@ -290,7 +290,8 @@ class FileBackend(CatalogReads):
                 path = self.datadir.log_path(seed.source)
                 copy_from = _BodyCopy(path, seed.source.id, seed.instance, size, log.lines(seed.count))
         header = self.catalog.new_header(key, instance, lineage)
-        records = [remember(Session(key, header, head_of(log.state)))] if remember is not None else []
+        made = Session(key, header, head_of(log.state), self.catalog.now())
+        records = [remember(made)] if remember is not None else []
         self.remembered.check_free(records)
         return await self._make(key, header, log, [(record, None) for record in records], copy_from)
 
@@ -318,7 +319,8 @@ class FileBackend(CatalogReads):
         finally:
             for piece in body:
                 piece.release()
-        live = LiveSession(key, header, log)
+        # Acknowledged now; a later start reads the same moment off the file's mtime (see Recovery._read_regular).
+        live = LiveSession(key, header, log, changed_at=self.catalog.now())
         self.catalog.add(live)
         self.remembered.keep(placed)
         if self._checkpointer is not None:

@@ -10,8 +10,9 @@ Tables (every name starts with ``forklog_``):
 - ``sessions``: one row per live session, keyed by (tenant, id) (compared byte by byte, ``COLLATE "C"``, so that
   lists are in the same order whatever the database's locale): the header, the log it reads (``log``), its length
   (``count``, the head an append is conditional on), the rules' state after its last event (``state``, JSON without
-  the surface nodes), ``updated_at`` (its last activity, for the order of spec 12) and ``change_seq`` (from a global
-  sequence, for the change poll).
+  the surface nodes), ``updated_at`` (its last activity, for the order of spec 12), ``changed_at`` (when the
+  server acknowledged its last change, by the server's clock: retention counts from it, version 7) and
+  ``change_seq`` (from a global sequence, for the change poll).
 - ``logs``: the stored logs. A session incarnation has its own log; a fork's log starts with the first
   ``parent_count`` events of its ``parent`` log (shared rows, not copies) and holds its own rows from there on.
   ``orphaned_at`` is set when its session is deleted (the sweep reclaims what no live session still reads).
@@ -184,6 +185,18 @@ MIGRATIONS: tuple[str, ...] = (
     # without a row are searched directly meanwhile).
     """
     TRUNCATE forklog_search;
+    """,
+    # 8: when the server acknowledged each session's last change (its create, fork or latest append), by its clock:
+    # what retention counts from (spec 14), never the events' times, which a seed may set to anything. A session an
+    # older forklog stored counts from its last activity, or from now where that lies in the future. The default is
+    # for the creates of an older replica still running during the upgrade.
+    """
+    ALTER TABLE forklog_sessions ADD COLUMN changed_at bigint;
+    UPDATE forklog_sessions
+        SET changed_at = LEAST(updated_at, (extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+    ALTER TABLE forklog_sessions ALTER COLUMN changed_at SET NOT NULL;
+    ALTER TABLE forklog_sessions
+        ALTER COLUMN changed_at SET DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

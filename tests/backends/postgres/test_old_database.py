@@ -49,6 +49,8 @@ ADDED_BY_VERSION = {
     4: "ALTER TABLE forklog_sessions DROP COLUMN updated_at",
     5: "DROP TABLE forklog_search",
     6: "DROP TABLE forklog_state_fill",
+    7: "SELECT 1",  # search's rows emptied: nothing to undo (an older version's rows are refilled anyway)
+    8: "ALTER TABLE forklog_sessions DROP COLUMN changed_at",
 }
 
 

@@ -165,7 +165,7 @@ def test_a_bug_is_counted_as_an_internal_problem(tmp_path: Path) -> None:
 
     with TestClient(app, base_url=LOCAL, raise_server_exceptions=False) as client:
         wait_ready(client)
-        app.state.service.get = broken
+        app.state.service.reads.get = broken
         answer = client.get("/sessions/x")
         assert_problem(answer, 500, "INTERNAL")
         assert answer.headers["x-request-id"] == answer.json()["requestId"]

@@ -498,7 +498,7 @@ async def test_a_record_outlives_the_deletion_of_its_session_until_it_is_forgott
     batch = await staged(backend, "s", turn(2))
     found = await backend.find(key("s"))
     assert found is not None
-    grown = Session(found.key, found.header, head_of(batch.state))
+    grown = Session(found.key, found.header, head_of(batch.state), found.changed_at)
     await backend.append(key("s"), batch, remember=[replace(record("grew", grown, 8), created_at=made_at - 10_000)])
     await backend.delete(key("s"))
     await create(backend, "s")  # another incarnation under the id: the records are still those of the first

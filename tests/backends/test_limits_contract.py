@@ -95,13 +95,13 @@ async def test_an_idle_session_timed_in_2100_expires_and_its_child_appended_to_s
     seed = [{**event, "seq": seq, "time": year_2100_ms + seq} for seq, event in enumerate(turn(1))]
     async with service_of(make_backend, {DEFAULT_TENANT: TenantLimits(retention_ms=1500)}) as service:
         await service.create(DEFAULT_TENANT, "parent", seed, None)
-        await service.fork(key("parent"), child_id="child")
+        await service.forks.fork(key("parent"), child_id="child")
         started = time.monotonic()
         while await service.backend.find(key("parent")) is not None:
             await service.append(key("child"), [{"type": "forklog-test/note", "data": {"text": "alive"}}])
             assert time.monotonic() - started < 1.5 + 10, "the parent was not deleted within 10 s of expiring"
             await asyncio.sleep(0.2)
         assert time.monotonic() - started >= 1.5 - 0.1  # by the server's clock: not before it expired
-        sessions, _ = await service.page(DEFAULT_TENANT, PageRequest(100))
+        sessions, _ = await service.reads.page(DEFAULT_TENANT, PageRequest(100))
         assert [session.id for session, _ in sessions] == ["child"]
         assert service.sessions_expired_total == 1

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.backends.postgres.target import DatabaseTarget, InvalidDatabaseUrl
+from app.backends.database_url import DatabaseTarget, InvalidDatabaseUrl
 from app.domain.limits import TenantLimits, parse_duration_ms
 
 __all__ = ["LogLevel", "Settings"]

@@ -29,7 +29,7 @@ class OpenFor(Enum):
     """What a store is opened for: it decides how an unreachable database is met and what may change."""
 
     SERVE = "serve"  # a service: it waits for a database that cannot be reached, and sweeps deleted rows
-    WRITE = "write"  # a command that changes the store: a database that cannot be reached fails it at once
+    WRITE = "write"  # a command that changes the store: as a service, but an unreachable database fails it at once
     READ = "read"  # a command that reads: nothing changes (no lock, folder, repair, checkpoint or sweep)
 
 

@@ -178,8 +178,9 @@ class Backend(Reader, Protocol):
 
     # -- lifecycle (open and close: the Reader's) ------------------------------------------------------------------
 
-    async def readiness(self) -> Readiness:
-        """How many sessions are live, and which stored ones are kept out of service."""
+    async def readiness(self, tenant: str | None = None) -> Readiness:
+        """How many sessions are live, and which stored ones are kept out of service: over every tenant, or only
+        ``tenant``'s (cheap: a count the store keeps or an indexed one, never a pass over the sessions)."""
 
     def listen(self, listener: ChangeListener) -> None:
         """Call ``listener`` when another process changes a session (never for this process's own changes)."""

@@ -167,6 +167,11 @@ class Catalog:
         """The live session, or None (also for one kept out of service)."""
         return self._live.get(key)
 
+    def count(self, tenant: str) -> int:
+        """How many sessions of ``tenant`` are live (kept by the tenant's index: no pass over its sessions)."""
+        ordered = self._by_tenant.get(tenant)
+        return len(ordered.sessions) if ordered is not None else 0
+
     def __iter__(self) -> Iterator[LiveSession]:
         return iter(list(self._live.values()))
 

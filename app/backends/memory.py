@@ -11,7 +11,7 @@ from typing import Any
 
 from app.backends.base import ChangeListener, IdempotencyRecord, Readiness, Remember, Seed
 from app.backends.catalog import Catalog, LiveSession
-from app.backends.catalog_reads import CatalogReads, starting_log
+from app.backends.catalog_reads import CatalogReads, readiness_of, starting_log
 from app.backends.errors import IdempotencyKeyTaken
 from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
 from app.domain.errors import SessionAlreadyExists
@@ -63,8 +63,8 @@ class MemoryBackend(CatalogReads):
     async def close(self) -> None:
         return None
 
-    async def readiness(self) -> Readiness:
-        return Readiness(len(self.catalog))
+    async def readiness(self, tenant: str | None = None) -> Readiness:
+        return readiness_of(self.catalog, (), tenant)
 
     def listen(self, listener: ChangeListener) -> None:
         return None  # no other process shares this memory

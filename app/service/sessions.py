@@ -186,10 +186,11 @@ class SessionService:
             self.observer.replayed(request.tenant)
         return answer, replayed
 
-    async def readiness(self) -> Readiness:
+    async def readiness(self, tenant: str | None = None) -> Readiness:
+        """The live and the corrupt sessions of every tenant, or of ``tenant`` only."""
         self._require_ready()
         try:
-            return await self.backend.readiness()
+            return await self.backend.readiness(tenant)
         except StorageUnavailable:  # a database that went away: not ready until it is back
             raise NotReady("the store cannot be reached; retry in a moment") from None
 

@@ -380,6 +380,15 @@ async def test_tenants_with_equal_ids_never_meet(backend: Backend) -> None:
     assert await everything(backend, "demo", "globex") == b
 
 
+async def test_readiness_of_a_tenant_counts_its_live_sessions_only(backend: Backend) -> None:
+    for session_id in ("a1", "a2", "a3", "gone"):
+        await create(backend, session_id, tenant="acme")
+    await create(backend, "b1", tenant="globex")
+    await backend.delete(key("gone", "acme"))
+    assert [(await backend.readiness(tenant)).sessions for tenant in ("acme", "globex", "initech")] == [3, 1, 0]
+    assert (await backend.readiness()).sessions == 4
+
+
 # -- durability ------------------------------------------------------------------------------------------------------
 
 

@@ -32,7 +32,7 @@ from app.backends.base import (
     SeedPrefix,
 )
 from app.backends.catalog import Catalog, LiveSession
-from app.backends.catalog_reads import CatalogReads, starting_log
+from app.backends.catalog_reads import CatalogReads, readiness_of, starting_log
 from app.backends.errors import Access
 from app.backends.files.checkpointer import REWRITE_MIN_BYTES, Checkpointer
 from app.backends.files.cuts import CUT_SUFFIX, CutRecords
@@ -270,8 +270,8 @@ class FileBackend(CatalogReads):
             self.journal.close()
             self.datadir.unlock()
 
-    async def readiness(self) -> Readiness:
-        return Readiness(len(self.catalog), list(self._corrupt))
+    async def readiness(self, tenant: str | None = None) -> Readiness:
+        return readiness_of(self.catalog, self._corrupt, tenant)
 
     def listen(self, listener: ChangeListener) -> None:
         return None  # one process owns the directory: every change is this process's own

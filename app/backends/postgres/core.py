@@ -189,9 +189,11 @@ class PostgresCore:
             except DRIVER_ERRORS:
                 pool.terminate()
 
-    async def readiness(self) -> Readiness:
+    async def readiness(self, tenant: str | None = None) -> Readiness:
         async with self._connection(Access.READ) as conn:
-            return Readiness(int(await conn.fetchval(queries.COUNT_SESSIONS)))
+            if tenant is None:
+                return Readiness(int(await conn.fetchval(queries.COUNT_SESSIONS)))
+            return Readiness(int(await conn.fetchval(queries.COUNT_TENANT_SESSIONS, tenant)))
 
     def listen(self, listener: ChangeListener) -> None:
         self._listeners.append(listener)

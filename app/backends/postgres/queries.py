@@ -11,6 +11,7 @@ __all__ = [
     "APPEND_REMEMBERING",
     "CLAIM_SOURCE",
     "COUNT_SESSIONS",
+    "COUNT_TENANT_SESSIONS",
     "CREATE_SESSION",
     "DELETE_SESSION",
     "EVENTS_AT",
@@ -72,6 +73,8 @@ def page_query(tenant: str, request: PageRequest) -> tuple[str, list[Any]]:
 
 
 COUNT_SESSIONS = "SELECT count(*) FROM forklog_sessions"
+# Answered from the primary key's index (tenant, id): the tenant's rows only.
+COUNT_TENANT_SESSIONS = "SELECT count(*) FROM forklog_sessions WHERE tenant = $1"
 TENANTS = "SELECT DISTINCT tenant FROM forklog_sessions ORDER BY tenant"
 
 # The lines of a chain's pieces ($1 logs, $2 starts, $3 stops) as one text, newline-separated, in seq order.

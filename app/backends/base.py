@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from app.backends.observer import StorageObserver
 from app.domain.fast_init import fast_init
@@ -25,16 +25,20 @@ from app.domain.log import SessionLog
 from app.domain.session import Session, SessionHeader, SessionKey
 from app.domain.staging import LogTip, StagedEvents
 
+if TYPE_CHECKING:
+    from app.backends.search import SearchEngine
+
 __all__ = [
     "Backend",
+    "Capabilities",
     "ChangeListener",
     "CorruptEntry",
     "CountsLocally",
     "DataDirChecks",
     "EnforcesQuotas",
     "IdempotencyRecord",
+    "IdempotencyRecorder",
     "LimitsOf",
-    "OpensInBackground",
     "Reader",
     "Readiness",
     "Remember",
@@ -42,10 +46,10 @@ __all__ = [
     "Seed",
     "SeedLog",
     "SeedPrefix",
-    "SweepsOnce",
     "Tip",
     "Usage",
     "Verification",
+    "Writer",
     "each_session",
 ]
 
@@ -169,9 +173,47 @@ class Reader(Protocol):
         seed); the events are those of the moment of the call, whatever happens to the session meanwhile."""
 
 
-class Backend(Reader, Protocol):
-    """Where sessions live: a :class:`Reader` that a service also changes. All methods may raise
-    :class:`~app.backends.errors.StorageUnavailable`."""
+class Writer(Protocol):
+    """The changing half of a store: it stores what the service staged and checked, and applies no rule itself."""
+
+    async def create(
+        self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed, remember: Remember | None = None
+    ) -> Session:
+        """Make a new live session; the backend assigns ``createdAt``. ``lineage`` holds
+        :class:`~app.domain.session.SessionHeader` fields by attribute name. Raises
+        :class:`~app.domain.errors.SessionAlreadyExists` if the id is live, ``SessionCorrupt`` if it is damaged. With
+        ``remember``, its record is kept with the session (:class:`~app.backends.errors.IdempotencyKeyTaken` if that
+        tenant's key is kept already; then nothing is made)."""
+
+    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[IdempotencyRecord] = ()) -> None:
+        """Store a checked batch after the log's last event, atomically (all of it, or none); ``staged.base_count``
+        must be the log's length, else :class:`~app.backends.errors.StaleHead`. The ``remember`` records are kept
+        with it (``IdempotencyKeyTaken`` refuses the whole batch)."""
+
+    async def delete(self, key: SessionKey) -> None:
+        """Remove the live session; a session forked from it keeps its events."""
+
+    async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
+        """Make a live session with exactly this header (its ``createdAt`` and ``instance`` kept) and events: an
+        import or a copy from another store. The ``createdAt`` of later creates still follows it. Raises
+        ``SessionAlreadyExists`` if the id is live."""
+
+
+class IdempotencyRecorder(Protocol):
+    """The idempotency records (spec 8) a store keeps with its changes: read back by a retry, swept after a day."""
+
+    async def recall(self, tenant: str, idempotency_key: str) -> IdempotencyRecord | None:
+        """The record kept for ``tenant``'s ``idempotency_key``, or None."""
+
+    async def forget(self, before: int) -> None:
+        """Drop the records made before ``before`` (epoch ms); their changes stay."""
+
+
+class Backend(Reader, Writer, IdempotencyRecorder, Protocol):
+    """Where sessions live: a :class:`Reader` that a service also changes (its :class:`Writer`) and that keeps the
+    idempotency records of those changes (its :class:`IdempotencyRecorder`). All methods may raise
+    :class:`~app.backends.errors.StorageUnavailable`. What a backend provides beyond these it names in its
+    :attr:`capabilities`, as objects, never as methods the service probes for."""
 
     # Told of the durable writes (metrics, traces): the API layer sets it before the store opens.
     observer: StorageObserver
@@ -198,37 +240,9 @@ class Backend(Reader, Protocol):
         the check may look up (a ``tool/result`` replace compares with the result it replaces). A backend that may
         answer from a cache reads the store afresh with ``refresh``."""
 
-    # -- changes (serialized per session by the caller) ------------------------------------------------------------
-
-    async def create(
-        self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed, remember: Remember | None = None
-    ) -> Session:
-        """Make a new live session; the backend assigns ``createdAt``. ``lineage`` holds
-        :class:`~app.domain.session.SessionHeader` fields by attribute name. Raises
-        :class:`~app.domain.errors.SessionAlreadyExists` if the id is live, ``SessionCorrupt`` if it is damaged. With
-        ``remember``, its record is kept with the session (:class:`~app.backends.errors.IdempotencyKeyTaken` if that
-        tenant's key is kept already; then nothing is made)."""
-
-    async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[IdempotencyRecord] = ()) -> None:
-        """Store a checked batch after the log's last event, atomically (all of it, or none); ``staged.base_count``
-        must be the log's length, else :class:`~app.backends.errors.StaleHead`. The ``remember`` records are kept
-        with it (``IdempotencyKeyTaken`` refuses the whole batch)."""
-
-    async def delete(self, key: SessionKey) -> None:
-        """Remove the live session; a session forked from it keeps its events."""
-
-    async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
-        """Make a live session with exactly this header (its ``createdAt`` and ``instance`` kept) and events: an
-        import or a copy from another store. The ``createdAt`` of later creates still follows it. Raises
-        ``SessionAlreadyExists`` if the id is live."""
-
-    # -- idempotent retries (spec 8) ---------------------------------------------------------------------------------
-
-    async def recall(self, tenant: str, idempotency_key: str) -> IdempotencyRecord | None:
-        """The record kept for ``tenant``'s ``idempotency_key``, or None."""
-
-    async def forget(self, before: int) -> None:
-        """Drop the records made before ``before`` (epoch ms); their changes stay."""
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend provides beyond the seam's methods (quotas, search, a sweep lease, a background open)."""
 
 
 # -- quotas (spec 14) -----------------------------------------------------------------------------------------------
@@ -246,7 +260,6 @@ class Usage(NamedTuple):
 LimitsOf = Callable[[str], TenantLimits]
 
 
-@runtime_checkable
 class CountsLocally(Protocol):
     """A backend only this process changes (memory, files): the service keeps its tenants' usage itself, starting
     from what this reports, and checks quotas against it."""
@@ -258,7 +271,6 @@ class CountsLocally(Protocol):
         """The bytes of the first ``count`` event lines of the live session (0 if it is not live)."""
 
 
-@runtime_checkable
 class EnforcesQuotas(Protocol):
     """A backend several processes share (PostgreSQL): it checks the quotas itself, in the transaction of each
     create, fork and append, so that replicas racing for a tenant's last slot cannot both take it."""
@@ -267,22 +279,21 @@ class EnforcesQuotas(Protocol):
         """Check ``limits_of(tenant)`` in every change from now on (refusing with QUOTA_EXCEEDED)."""
 
 
-@runtime_checkable
-class OpensInBackground(Protocol):
-    """A backend whose :meth:`Backend.open` is mostly work that needs no event loop (reading its files): a service
-    starting may begin it before it has built the rest of itself."""
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend provides beyond the seam, each as the object that does it (None: not provided). The service
+    takes what is there; it never asks a backend what it is."""
 
-    def begin_opening(self) -> None:
-        """Begin what :meth:`Backend.open` waits for, in a thread, now; ``open`` takes it up."""
-
-
-@runtime_checkable
-class SweepsOnce(Protocol):
-    """A backend several processes share: a sweep that every process runs (retention, spec 14) is run by one of
-    them at a time."""
-
-    def sweep_lease(self) -> AbstractAsyncContextManager[bool]:
-        """Held while the caller sweeps: True if this process has the lease, False if another one sweeps now."""
+    # Memory and files: only this process changes them, so the service counts their tenants' usage itself.
+    counts_locally: CountsLocally | None = None
+    # PostgreSQL: shared by processes, so it checks the quotas in its own transactions.
+    enforces_quotas: EnforcesQuotas | None = None
+    # An engine of its own (FTS5 beside the files, PostgreSQL's in the database); else the searcher's in memory.
+    search_engine: Callable[[], SearchEngine] | None = None
+    # A sweep every process runs (retention) is run by one at a time.
+    sweep_lease: Callable[[], AbstractAsyncContextManager[bool]] | None = None
+    # Begins the work of ``open`` that needs no event loop (reading the files), in a thread, right away.
+    begin_opening: Callable[[], None] | None = None
 
 
 # -- a data directory read by a command (spec 10) --------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from app.backends.base import ChangeListener, IdempotencyRecord, Readiness, Remember, Seed
+from app.backends.base import Capabilities, ChangeListener, IdempotencyRecord, Readiness, Remember, Seed
 from app.backends.catalog import Catalog, LiveSession
 from app.backends.catalog_reads import CatalogReads, readiness_of, starting_log
 from app.backends.errors import IdempotencyKeyTaken
@@ -56,6 +56,10 @@ class MemoryBackend(CatalogReads):
         self.catalog = Catalog(clock)
         self.remembered = IdempotencyRecords()
         self.observer: StorageObserver = NO_STORAGE_OBSERVER  # nothing here is durable: never told of anything
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(counts_locally=self)
 
     async def open(self) -> None:
         return None

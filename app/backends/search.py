@@ -7,7 +7,7 @@ engine does not cover yet. So an engine may answer too many sessions, never too 
 
 Engines: SQLite's FTS5 (:mod:`app.backends.search_index`) beside the files or in memory, and PostgreSQL's own
 full-text search (:mod:`app.backends.postgres.search`), which every replica shares. A backend names its engine
-(:class:`ProvidesSearchEngine`); one that does not gets an FTS5 index in memory.
+(its ``search_engine`` capability); one that does not gets an FTS5 index in memory.
 
 Every engine stores a word as its tenant's tag followed by the word (:func:`tagged`), and matches a query's words
 tagged with the caller's tenant: the engine's own lookup (a prefix's range of terms, a word's list of rows) then
@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from app.domain.session import Session, SessionKey
 
@@ -29,7 +29,6 @@ __all__ = [
     "IndexDamaged",
     "IndexRow",
     "IndexedSession",
-    "ProvidesSearchEngine",
     "SearchEngine",
     "SessionWalk",
     "tag_of",
@@ -104,11 +103,3 @@ class SearchEngine(Protocol):
     async def candidates(self, tenant: str, words: tuple[str, ...]) -> set[str]:
         """The ids of ``tenant``'s indexed sessions whose words hold every one of ``words``, the last as the start
         of one (a superset of the matches among the sessions it covers)."""
-
-
-@runtime_checkable
-class ProvidesSearchEngine(Protocol):
-    """A backend with a search engine of its own (beside its files, or in its database)."""
-
-    def search_engine(self) -> SearchEngine:
-        """The engine of this store's sessions (made once; opened by the searcher)."""

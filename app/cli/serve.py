@@ -1,6 +1,6 @@
 """``python -m app serve`` (the default command): the service.
 
-A service on files begins reading them (:class:`~app.backends.base.OpensInBackground`) as soon as its settings are
+A service on files begins reading them (its ``begin_opening`` capability) as soon as its settings are
 checked, and imports its web stack only after that, inside :func:`run`: a start that checks files no checkpoint
 covers keeps the other cores busy while this one imports (about half a second of it).
 """
@@ -17,7 +17,6 @@ from app.api.exposure import ExposureRefused, check_exposure
 from app.api.keys_file import KeysFileError, read_keys_file
 from app.api.settings import Settings
 from app.api.store import open_backend
-from app.backends.base import OpensInBackground
 from app.backends.errors import StorageError
 from app.backends.open import start_refusal
 from app.cli.settings_flags import add_setting_flags, given_settings
@@ -54,8 +53,8 @@ def run(arguments: argparse.Namespace) -> int:
         store = open_backend(settings)
     except (StorageError, ExposureRefused, KeysFileError) as exc:
         sys.exit(f"forklog: {exc}")
-    if isinstance(store, OpensInBackground):
-        store.begin_opening()
+    if (begin_opening := store.capabilities.begin_opening) is not None:
+        begin_opening()
     # The web stack, imported and built while the store opens.
     from app.api.app import create_app
     from app.api.http_server import serve

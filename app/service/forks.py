@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from app.backends.base import Backend, CountsLocally, SeedPrefix
+from app.backends.base import Backend, SeedPrefix
 from app.backends.errors import StaleHead
 from app.domain.boundary import fork_lineage
 from app.domain.dsh_records import header_bytes
@@ -144,9 +144,10 @@ class Forks:
             return self._backend.create(child, instance, lineage, seed, remember)
 
         try:
-            if self._quotas is None or not isinstance(self._backend, CountsLocally):
+            counted = self._backend.capabilities.counts_locally
+            if self._quotas is None or counted is None:
                 return await make()
-            body = self._backend.log_bytes(key, count)  # a fork counts its whole log, shared or not
+            body = counted.log_bytes(key, count)  # a fork counts its whole log, shared or not
             # Its new events' lines are not encoded yet: their JSON plus room for the seq and time they get, a
             # bound from above (what the child really holds is counted once it is made).
             body += sum(map(_line_bound, events))

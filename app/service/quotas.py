@@ -9,7 +9,7 @@ reserving happen in one step of the event loop, with no ``await`` between them, 
 
 Reading the usage waits until none of the tenant's changes is in flight (new ones wait meanwhile): what the
 backend reports then is exact, and every later change is counted from it. A backend shared with other processes
-checks its quotas itself, in its transactions (:class:`~app.backends.base.EnforcesQuotas`); this is not used then.
+checks its quotas itself, in its transactions (its ``enforces_quotas`` capability); this is not used then.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ streams get ``event: deleted``, sessions forked from it keep their logs). Until 
 left out of lists and lineage (:func:`visible_page`).
 
 On a store several processes share, each sweep first asks the store for the sweepers' lease
-(:class:`~app.backends.base.SweepsOnce`): one replica sweeps at a time, so a session expires once, not once per
+(its ``sweep_lease`` capability): one replica sweeps at a time, so a session expires once, not once per
 replica. ``expired_total`` counts the sessions this process deleted so (``forklog_sessions_expired_total``).
 """
 
@@ -22,7 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
-from app.backends.base import Backend, SweepsOnce, each_session
+from app.backends.base import Backend, each_session
 from app.backends.errors import StorageError
 from app.domain.limits import TenantLimits
 from app.domain.listing import PageRequest
@@ -111,8 +111,9 @@ class Retention:
         tenants = [tenant for tenant, limits in self._tenant_limits().items() if limits.retention_ms is not None]
         if not tenants:
             return 0
-        if isinstance(self._backend, SweepsOnce):
-            async with self._backend.sweep_lease() as leading:
+        lease = self._backend.capabilities.sweep_lease
+        if lease is not None:
+            async with lease() as leading:
                 return await self._sweep(tenants) if leading else 0
         return await self._sweep(tenants)
 

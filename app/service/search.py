@@ -23,7 +23,7 @@ import orjson
 from app.backends.background import BackgroundLoop
 from app.backends.base import Backend, each_session
 from app.backends.errors import SessionCorrupt, StorageUnavailable
-from app.backends.search import IndexDamaged, IndexRow, ProvidesSearchEngine, SearchEngine
+from app.backends.search import IndexDamaged, IndexRow, SearchEngine
 from app.backends.search_index import SqliteSearchEngine
 from app.domain.listing import PageRequest
 from app.domain.search import Match, Query, SearchText
@@ -51,8 +51,8 @@ class Searcher(BackgroundLoop):
         self._index: SearchEngine
         if index_path is not None:
             self._index = SqliteSearchEngine(index_path)
-        elif isinstance(backend, ProvidesSearchEngine):
-            self._index = backend.search_engine()
+        elif (engine := backend.capabilities.search_engine) is not None:
+            self._index = engine()
         else:
             self._index = SqliteSearchEngine(None)
         self._dirty: set[SessionKey] = set()

@@ -18,7 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from app.backends.base import Backend, CountsLocally, EnforcesQuotas, LimitsOf, Readiness, SeedLog
+from app.backends.base import Backend, LimitsOf, Readiness, SeedLog
 from app.backends.errors import SessionCorrupt, StorageUnavailable
 from app.domain.clock import wall_clock_ms
 from app.domain.dsh_records import header_bytes
@@ -99,10 +99,11 @@ class SessionService:
         self.limits_of: LimitsOf = limits_of
         # Quotas (spec 14): a shared backend checks them in its transactions, a local one is counted here.
         self.quotas: QuotaLedger | None = None
-        if isinstance(backend, EnforcesQuotas):
-            backend.enforce_quotas(limits_of)
-        elif isinstance(backend, CountsLocally):
-            self.quotas = QuotaLedger(backend, limits_of)
+        capabilities = backend.capabilities
+        if capabilities.enforces_quotas is not None:
+            capabilities.enforces_quotas.enforce_quotas(limits_of)
+        elif capabilities.counts_locally is not None:
+            self.quotas = QuotaLedger(capabilities.counts_locally, limits_of)
         self._clock = clock
         self._new_id = new_id
         self._new_instance = instance
@@ -311,14 +312,15 @@ class SessionService:
         """Delete the live ``session`` (under its lock); its bytes are free at once."""
         key = session.key
         ledger = self.quotas
-        if ledger is None or not isinstance(self.backend, CountsLocally):
+        counted = self.backend.capabilities.counts_locally
+        if ledger is None or counted is None:
             await self.backend.delete(key)
             return
         await ledger.enter(key.tenant)
         try:
             size = 0
             if ledger.counts(key.tenant):
-                size = header_bytes(session.header) + self.backend.log_bytes(key, session.head.count)
+                size = header_bytes(session.header) + counted.log_bytes(key, session.head.count)
             await self.backend.delete(key)
             ledger.changed(key.tenant, -1, -size)
         finally:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from app.backends.base import (
+    Capabilities,
     ChangeListener,
     CorruptEntry,
     IdempotencyRecord,
@@ -135,6 +136,10 @@ class FileBackend(CatalogReads):
     @property
     def data_dir(self) -> Path:
         return self.datadir.root
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(counts_locally=self, search_engine=self.search_engine, begin_opening=self.begin_opening)
 
     def search_engine(self) -> SqliteSearchEngine:
         """The search index lives beside the files: FTS5 in ``search/search.sqlite3`` of the data directory."""

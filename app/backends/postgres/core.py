@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 import asyncpg
 
 from app.backends.base import (
+    Capabilities,
     ChangeListener,
     LimitsOf,
     Readiness,
@@ -102,6 +103,10 @@ class PostgresCore:
         self._watch = PrimaryWatch(url, self._settings, self._drop_connections)
         self._sweeper: asyncio.Task[None] | None = None
         self._limits_of: LimitsOf = lambda tenant: NO_LIMITS
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(enforces_quotas=self, search_engine=self.search_engine, sweep_lease=self.sweep_lease)
 
     def enforce_quotas(self, limits_of: LimitsOf) -> None:
         """Check each tenant's quotas in its creates, forks and appends (see :mod:`.quotas`)."""

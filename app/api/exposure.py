@@ -6,11 +6,12 @@ from __future__ import annotations
 import ipaddress
 
 from app.api.settings import Settings
+from app.domain.errors import ConfigurationError
 
 __all__ = ["ExposureRefused", "check_exposure", "is_loopback_host"]
 
 
-class ExposureRefused(Exception):
+class ExposureRefused(ConfigurationError):
     """The settings would serve every session to anyone who reaches the port; the message says what to do."""
 
 

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from app.domain.access import ApiKey, BadKeyLine, KeyRing, KeysFileContent, case_clash, key_line, parse_keys_file
+from app.domain.errors import ConfigurationError
 from app.domain.limits import TenantLimits
 
 __all__ = ["POLL_SECONDS", "KeysFile", "KeysFileError", "append_key"]
@@ -26,7 +27,7 @@ POLL_SECONDS = 1.0  # the spec allows 5 s from a change to its effect
 Identity = tuple[int, int, int, int]
 
 
-class KeysFileError(Exception):
+class KeysFileError(ConfigurationError):
     """The keys file cannot be used; the message names the file and, for a bad line, the line."""
 
 

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from app.domain.errors import ConfigurationError
+
 __all__ = ["DEFAULT_PORT", "DatabaseTarget", "InvalidDatabaseUrl", "redact"]
 
 DEFAULT_PORT = 5432
@@ -23,7 +25,7 @@ WRITABLE = ("read-write", "primary")
 _HOST = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\[\]]*)(?::(?P<port>[^:]*))?$")
 
 
-class InvalidDatabaseUrl(ValueError):
+class InvalidDatabaseUrl(ConfigurationError, ValueError):
     """The database URL cannot be used; the message says what to write instead."""
 
 

@@ -59,7 +59,8 @@ def tagged(tenant: str, words: Iterable[str]) -> list[str]:
 
 
 class IndexDamaged(Exception):
-    """The index cannot be read or written: it is rebuilt, and searches meanwhile read the sessions themselves."""
+    """The index cannot be read or written: it is rebuilt, and searches meanwhile read the sessions themselves. The
+    searcher handles it every time, so it is never an answer (not a :class:`~app.domain.errors.ForklogError`)."""
 
 
 @dataclass(frozen=True, slots=True)

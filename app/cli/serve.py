@@ -13,13 +13,14 @@ import sys
 
 from pydantic import ValidationError
 
-from app.api.exposure import ExposureRefused, check_exposure
-from app.api.keys_file import KeysFileError, read_keys_file
+from app.api.exposure import check_exposure
+from app.api.keys_file import read_keys_file
 from app.api.settings import Settings
 from app.api.store import open_backend
 from app.backends.errors import StorageError
 from app.backends.open import start_refusal
 from app.cli.settings_flags import add_setting_flags, given_settings
+from app.domain.errors import ConfigurationError
 
 __all__ = ["add_arguments", "load_settings", "run"]
 
@@ -51,7 +52,7 @@ def run(arguments: argparse.Namespace) -> int:
         if settings.keys_file is not None:
             read_keys_file(settings.keys_file)
         store = open_backend(settings)
-    except (StorageError, ExposureRefused, KeysFileError) as exc:
+    except (StorageError, ConfigurationError) as exc:
         sys.exit(f"forklog: {exc}")
     if (begin_opening := store.capabilities.begin_opening) is not None:
         begin_opening()
@@ -61,7 +62,7 @@ def run(arguments: argparse.Namespace) -> int:
 
     try:
         app = create_app(settings, backend=store)
-    except (StorageError, ExposureRefused, KeysFileError) as exc:
+    except (StorageError, ConfigurationError) as exc:
         sys.exit(f"forklog: {exc}")
     serve(app, settings)
     return 0

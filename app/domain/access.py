@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from app.domain.errors import ConfigurationError
 from app.domain.ids import is_valid_id
 from app.domain.limits import BadLimit, RateLimit, TenantLimits, parse_rate_limit, parse_tenant_limits
 
@@ -62,7 +63,7 @@ class ApiKey:
         return scope in self.scopes
 
 
-class BadKeyLine(ValueError):
+class BadKeyLine(ConfigurationError, ValueError):
     """A keys file line that is not a key; ``line`` counts from 1."""
 
     def __init__(self, line: int, reason: str) -> None:

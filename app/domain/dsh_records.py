@@ -38,7 +38,8 @@ RETIRED_HEADER_FIELDS = ("sandboxMode", "approvalPolicy")
 
 
 class MalformedRecord(ValueError):
-    """A line that is not a storage record DSH could read."""
+    """A line that is not a storage record DSH could read. Its callers turn it into what they answer (a damaged
+    session, an import's refusal naming the line), so it is a plain ``ValueError``, not an error of the tree."""
 
 
 def header_record(header: SessionHeader) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 __all__ = [
+    "ConfigurationError",
     "DomainError",
     "ErrorCode",
     "EventRejected",
@@ -81,6 +82,12 @@ class ForklogError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.code.value!r}, {self.detail!r}, {self.facts!r})"
+
+
+class ConfigurationError(Exception):
+    """What the service cannot start with, or a keys file it cannot take: a setting, the keys file or one of its
+    lines, a limit, a database URL, an exposure the settings would make. The command line prints it and exits (a
+    reload keeps the keys in force); it never answers a request, which is why it is not a :class:`ForklogError`."""
 
 
 class DomainError(ForklogError):

@@ -49,7 +49,8 @@ JsonPath = tuple[str | int, ...]
 
 
 class JsonSyntaxError(ValueError):
-    """The bytes are not one JSON value (or not UTF-8)."""
+    """The bytes are not one JSON value (or not UTF-8). Like :class:`JsonTooDeep`, a parser's ``ValueError`` that
+    the caller turns into its own answer (INVALID_REQUEST for a body, a damaged line for a log)."""
 
 
 class JsonTooDeep(ValueError):
@@ -385,7 +386,8 @@ def js_str(value: Any) -> str:
 
 
 class JsTypeError(TypeError):
-    """JavaScript's TypeError: reading a key of ``null`` or ``undefined``."""
+    """JavaScript's TypeError: reading a key of ``null`` or ``undefined``. Raised where DSH itself would throw, so
+    that the event's check refuses it (as INVALID_EVENT, with its index): never an answer of its own."""
 
 
 def js_get(container: Any, key: str) -> Any:

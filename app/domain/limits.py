@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.domain.errors import ErrorCode, SessionError
+from app.domain.errors import ConfigurationError, ErrorCode, SessionError
 from app.domain.ids import is_valid_id
 from app.domain.jsonvalue import is_safe_integer
 
@@ -49,7 +49,7 @@ _MS_PER = {
 }
 
 
-class BadLimit(ValueError):
+class BadLimit(ConfigurationError, ValueError):
     """A limit's value that is not one; the message says what it must be."""
 
 

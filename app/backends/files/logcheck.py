@@ -58,7 +58,9 @@ Grown = TypeVar("Grown", bound=GrowingLog)
 
 
 class CorruptLog(Exception):
-    """The file is damaged beyond a torn last line; ``reason`` says where and how."""
+    """The file is damaged beyond a torn last line; ``reason`` says where and how. Internal to the files backend
+    (not a :class:`~app.domain.errors.ForklogError`): a start sets the session aside for ``/readyz``, a read turns it
+    into :class:`~app.backends.errors.SessionCorrupt`."""
 
     def __init__(self, reason: str, created_at: int | None = None) -> None:
         super().__init__(reason)

@@ -50,7 +50,8 @@ logger = logging.getLogger("forklog.storage")
 
 
 class RecoveryStopped(Exception):
-    """:meth:`Recovery.stop` was called: the files after the one being read were left as they were."""
+    """:meth:`Recovery.stop` was called: the files after the one being read were left as they were. A signal within
+    the start's thread (not an error of the tree): only a store closed while it opens raises it."""
 
 
 @dataclass(slots=True)

@@ -39,19 +39,28 @@ class BackgroundLoop:
 
 
 class Periodic(BackgroundLoop):
-    """Runs ``work`` every ``seconds`` (the first time at once when ``at_start``, else after the first wait)."""
+    """Runs ``work`` every ``seconds`` (the first time at once when ``at_start``, else after the first wait);
+    ``seconds`` may be a function, asked before each wait (a period that follows the settings)."""
 
     def __init__(
-        self, task_name: str, seconds: float, work: Callable[[], Awaitable[None]], *, at_start: bool = False
+        self,
+        task_name: str,
+        seconds: float | Callable[[], float],
+        work: Callable[[], Awaitable[None]],
+        *,
+        at_start: bool = False,
     ) -> None:
         self.task_name = task_name
         self._seconds = seconds
         self._work = work
         self._at_start = at_start
 
+    def _wait(self) -> float:
+        return self._seconds() if callable(self._seconds) else self._seconds
+
     async def _run(self) -> None:
         if not self._at_start:
-            await asyncio.sleep(self._seconds)
+            await asyncio.sleep(self._wait())
         while True:
             await self._work()
-            await asyncio.sleep(self._seconds)
+            await asyncio.sleep(self._wait())

@@ -16,12 +16,11 @@ replica. ``expired_total`` counts the sessions this process deleted so (``forklo
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
+from app.backends.background import Periodic
 from app.backends.base import Backend, each_session
 from app.backends.errors import StorageError
 from app.domain.limits import TenantLimits
@@ -69,7 +68,7 @@ class Retention:
         self._tenant_limits = tenant_limits
         self._clock = clock
         self._expire = expire
-        self._task: asyncio.Task[None] | None = None
+        self._sweeper = Periodic("forklog-retention", self._interval, self._sweep_once)
         self.expired_total = 0
 
     def cutoff(self, tenant: str) -> int | None:
@@ -80,15 +79,10 @@ class Retention:
         return self._clock() - limits.retention_ms
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._sweep_forever(), name="forklog-retention")
+        self._sweeper.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._sweeper.stop()
 
     def _interval(self) -> float:
         retentions = [limits.retention_ms for limits in self._tenant_limits().values() if limits.retention_ms]
@@ -96,15 +90,13 @@ class Retention:
             return SWEEP_MAX_SECONDS
         return min(SWEEP_MAX_SECONDS, max(SWEEP_MIN_SECONDS, min(retentions) / 10_000))
 
-    async def _sweep_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval())
-            try:
-                await self.sweep()
-            except StorageError as exc:  # the next round tries again
-                logger.warning("could not delete expired sessions: %s", exc.detail)
-            except Exception:
-                logger.exception("the retention sweep failed; it runs again in a moment")
+    async def _sweep_once(self) -> None:
+        try:
+            await self.sweep()
+        except StorageError as exc:  # the next round tries again
+            logger.warning("could not delete expired sessions: %s", exc.detail)
+        except Exception:
+            logger.exception("the retention sweep failed; it runs again in a moment")
 
     async def sweep(self) -> int:
         """Delete every expired session (one replica at a time on a shared store); how many this one deleted."""

@@ -97,6 +97,8 @@ class Checkpointer:
         if self._interval is not None and self._task is None:
             self._task = asyncio.create_task(self._run(self._interval), name="forklog-checkpoints")
 
+    # Not a BackgroundLoop.Periodic like the other loops: a stop must cancel the wait, never a round under way (a
+    # half-written round would leave the journal to be rewritten), so each round is shielded and awaited by stop.
     async def _run(self, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 
 import asyncpg
 
+from app.backends.background import Periodic
 from app.backends.base import (
     Capabilities,
     ChangeListener,
@@ -87,7 +88,6 @@ class PostgresCore:
         self._clock = clock
         self._settings = pool or PoolSettings()
         self._poll_interval = poll_interval
-        self._sweep_interval = sweep_interval
         self._orphan_grace_ms = orphan_grace_ms
         self._pool: asyncpg.Pool | None = None
         self._replica = new_instance()
@@ -101,7 +101,7 @@ class PostgresCore:
         )
         self._doorbell = Doorbell(self._replica, self._notify)
         self._watch = PrimaryWatch(url, self._settings, self._drop_connections)
-        self._sweeper: asyncio.Task[None] | None = None
+        self._sweeper = Periodic("forklog-sweep", sweep_interval, self._sweep_once)
         self._limits_of: LimitsOf = lambda tenant: NO_LIMITS
 
     @property
@@ -159,7 +159,7 @@ class PostgresCore:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        self._sweeper = asyncio.create_task(self._sweep_now_and_then(), name="forklog-sweep")
+        self._sweeper.start()
         self._doorbell.start()
         self._watch.start()
         if self._listeners:
@@ -182,11 +182,7 @@ class PostgresCore:
         await self._watch.stop()
         await self._feed.stop()
         await self._doorbell.stop()
-        sweeper, self._sweeper = self._sweeper, None
-        if sweeper is not None:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+        await self._sweeper.stop()
         pool, self._pool = self._pool, None
         if pool is not None:
             try:
@@ -247,15 +243,13 @@ class PostgresCore:
         async with self._connection(Access.CHANGE) as conn:
             return await sweep_once(conn, now=self._clock(), grace_ms=grace)
 
-    async def _sweep_now_and_then(self) -> None:
-        while True:
-            await asyncio.sleep(self._sweep_interval)
-            try:
-                reclaimed = await self.sweep()
-            except StorageUnavailable:
-                continue
-            except Exception:
-                logger.exception("the sweep of deleted sessions' rows failed; it runs again later")
-                continue
-            if reclaimed:
-                logger.info("reclaimed %d events of deleted sessions", reclaimed)
+    async def _sweep_once(self) -> None:
+        try:
+            reclaimed = await self.sweep()
+        except StorageUnavailable:
+            return
+        except Exception:
+            logger.exception("the sweep of deleted sessions' rows failed; it runs again later")
+            return
+        if reclaimed:
+            logger.info("reclaimed %d events of deleted sessions", reclaimed)

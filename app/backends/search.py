@@ -64,6 +64,10 @@ class SearchEngine(Protocol):
     async def covered(self, keys: Collection[SessionKey]) -> dict[SessionKey, IndexedSession]:
         """What the index's rows of ``keys`` cover (a key without a row is left out)."""
 
+    async def words_of(self, key: SessionKey) -> tuple[IndexedSession, frozenset[str]] | None:
+        """What ``key``'s row covers and its words, read together; None without a row, or for a row that keeps no
+        words (one that is a candidate of every search)."""
+
     async def write(self, rows: Sequence[IndexRow], dropped: Collection[SessionKey]) -> set[SessionKey]:
         """Write ``rows`` and drop the rows of the gone sessions ``dropped``; the keys whose row another process
         changed meanwhile (not written: to be read again)."""

@@ -33,6 +33,7 @@ __all__ = [
     "SessionWalk",
     "tag_of",
     "tagged",
+    "untagged",
 ]
 
 IndexedSession = tuple[str, int]  # the incarnation and how many of its events a row covers
@@ -56,6 +57,11 @@ def tagged(tenant: str, words: Iterable[str]) -> list[str]:
     """``words`` as ``tenant``'s index stores and matches them."""
     tag = tag_of(tenant)
     return [tag + word for word in words]
+
+
+def untagged(stored: Iterable[str]) -> frozenset[str]:
+    """The words of an index row as the tenant wrote them (each stored word without its tag)."""
+    return frozenset(word[TAG_CHARACTERS:] for word in stored)
 
 
 class IndexDamaged(Exception):
@@ -96,6 +102,10 @@ class SearchEngine(Protocol):
 
     async def covered(self, keys: Collection[SessionKey]) -> dict[SessionKey, IndexedSession]:
         """What the index's rows of ``keys`` cover (a key without a row is left out)."""
+
+    async def words_of(self, key: SessionKey) -> tuple[IndexedSession, frozenset[str]] | None:
+        """What ``key``'s row covers and its words, read together; None without a row, or for a row that keeps no
+        words (one that is a candidate of every search)."""
 
     async def write(self, rows: Sequence[IndexRow], dropped: Collection[SessionKey]) -> set[SessionKey]:
         """Write ``rows`` and drop the rows of the gone sessions ``dropped``; the keys whose row another process

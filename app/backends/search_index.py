@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 from app.backends.errors import ChangeRefused
-from app.backends.search import IndexDamaged, IndexedSession, IndexRow, SessionWalk, tagged
+from app.backends.search import IndexDamaged, IndexedSession, IndexRow, SessionWalk, tagged, untagged
 from app.domain.session import SessionKey
 
 __all__ = ["LAYOUT", "SearchIndex", "SqliteSearchEngine", "match_text"]
@@ -181,6 +181,22 @@ class SearchIndex:
             raise IndexDamaged(str(exc)) from exc
         return {row[0] for row in rows}
 
+    def _words_of_unlocked(self, key: SessionKey) -> tuple[IndexedSession, frozenset[str]] | None:
+        """What ``key``'s row covers and its words."""
+        db = self._connection()
+        try:
+            found = db.execute(
+                "SELECT i.instance, i.count, d.words FROM indexed i JOIN docs d ON d.rowid = i.doc"
+                " WHERE i.tenant = ? AND i.id = ?",
+                (key.tenant, key.id),
+            ).fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise IndexDamaged(str(exc)) from exc
+        if found is None:
+            return None
+        instance, count, words = found
+        return (instance, count), untagged(words.split())
+
     def open(self) -> dict[SessionKey, IndexedSession]:
         """Open (or make) the index, replacing a damaged one; what each row covers."""
         with self._busy:
@@ -206,6 +222,11 @@ class SearchIndex:
         """See :meth:`_candidates_unlocked`."""
         with self._busy:
             return self._candidates_unlocked(tenant, words)
+
+    def words_of(self, key: SessionKey) -> tuple[IndexedSession, frozenset[str]] | None:
+        """See :meth:`_words_of_unlocked`."""
+        with self._busy:
+            return self._words_of_unlocked(key)
 
 
 class SqliteSearchEngine:
@@ -255,3 +276,9 @@ class SqliteSearchEngine:
     async def candidates(self, tenant: str, words: tuple[str, ...]) -> set[str]:
         async with self._lock:
             return await asyncio.to_thread(self._index.candidates, tenant, words)
+
+    async def words_of(self, key: SessionKey) -> tuple[IndexedSession, frozenset[str]] | None:
+        if key not in self._indexed:  # only this process writes the index: no row, nothing to read
+            return None
+        async with self._lock:
+            return await asyncio.to_thread(self._index.words_of, key)

@@ -24,6 +24,7 @@ from app.service.locks import KeyedLocks
 from app.service.observer import SessionObserver
 from app.service.quotas import QuotaLedger
 from app.service.reads import find_live
+from app.service.search import ForkOrigin, Searcher
 
 __all__ = ["Forks", "Snapshot"]
 
@@ -53,6 +54,7 @@ class Forks:
         new_instance: Callable[[], str],
         changes: ChangeFeed,
         observer: SessionObserver,
+        searcher: Searcher,
     ) -> None:
         self._backend = backend
         self._require_ready = require_ready
@@ -63,6 +65,7 @@ class Forks:
         self._new_instance = new_instance
         self._changes = changes
         self._observer = observer
+        self._searcher = searcher  # told where each fork came from: its index row starts from its source's row
 
     async def snapshot(
         self,
@@ -146,19 +149,22 @@ class Forks:
         try:
             counted = self._backend.capabilities.counts_locally
             if self._quotas is None or counted is None:
-                return await make()
-            body = counted.log_bytes(key, count)  # a fork counts its whole log, shared or not
-            # Its new events' lines are not encoded yet: their JSON plus room for the seq and time they get, a
-            # bound from above (what the child really holds is counted once it is made).
-            body += sum(map(_line_bound, events))
-            size = header_bytes(SessionHeader(child.id, self._clock(), instance, **lineage)) + body
-            return await self._quotas.charged(
-                child.tenant, 1, size, make, lambda made: header_bytes(made.header) + made.head.body_bytes
-            )
+                made = await make()
+            else:
+                body = counted.log_bytes(key, count)  # a fork counts its whole log, shared or not
+                # Its new events' lines are not encoded yet: their JSON plus room for the seq and time they get, a
+                # bound from above (what the child really holds is counted once it is made).
+                body += sum(map(_line_bound, events))
+                size = header_bytes(SessionHeader(child.id, self._clock(), instance, **lineage)) + body
+                made = await self._quotas.charged(
+                    child.tenant, 1, size, make, lambda made: header_bytes(made.header) + made.head.body_bytes
+                )
         except StaleHead:
             raise session_not_found(key.id, SessionForkError) from None
         except EventRejected as rejected:
             raise invalid_event(rejected) from None
+        self._searcher.forked(child, ForkOrigin(key, source.header.instance, count, made.header.instance))
+        return made
 
 
 # Bytes a new event's line may gain when it is stored: its seq and time members, and the newline.

@@ -8,6 +8,10 @@ candidates plus every session that is dirty or being indexed, and confirms each 
 (:mod:`app.domain.search`) on the session as it is now: the index narrows, it never decides, so an answer is never
 wrong. Until a start has compared the index with the store (or while a damaged index is rebuilt), every session
 counts as not indexed and is searched directly.
+
+A fork made by this process is told to the searcher with its origin (:meth:`Searcher.forked`): its row starts from
+its source's words (a superset of its seed's), so indexing it reads only what the source's row does not cover, not
+the seed it copied.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import orjson
@@ -29,7 +33,7 @@ from app.domain.listing import PageRequest
 from app.domain.search import Match, Query, SearchText
 from app.domain.session import Session, SessionKey
 
-__all__ = ["Searcher"]
+__all__ = ["ForkOrigin", "Searcher"]
 
 logger = logging.getLogger("forklog.search")
 
@@ -40,6 +44,17 @@ WALK_PAGE = 500
 READ_EVENTS = 2_000
 # Sessions indexed per round (one transaction).
 ROUND_SESSIONS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class ForkOrigin:
+    """Where a fork's seed came from: the first ``count`` events of ``source`` (incarnation ``source_instance``),
+    seeding the incarnation ``instance`` of the child."""
+
+    source: SessionKey
+    source_instance: str
+    count: int
+    instance: str
 
 
 class Searcher(BackgroundLoop):
@@ -57,6 +72,7 @@ class Searcher(BackgroundLoop):
             self._index = SqliteSearchEngine(None)
         self._dirty: set[SessionKey] = set()
         self._pending: set[SessionKey] = set()
+        self._origins: dict[SessionKey, ForkOrigin] = {}  # forks not indexed yet, by child
         self._ready = False  # the index has been compared with the store: what it holds can be trusted
         self._stopped = False  # the owner stopped the indexer: nothing may start it again
         self._wake = asyncio.Event()
@@ -86,6 +102,10 @@ class Searcher(BackgroundLoop):
         """``key`` changed: searched directly until it is indexed again."""
         self._dirty.add(key)
         self._wake.set()
+
+    def forked(self, child: SessionKey, origin: ForkOrigin) -> None:
+        """``child`` was just made from ``origin`` (and is reported changed as well)."""
+        self._origins[child] = origin
 
     async def _run(self) -> None:
         while True:
@@ -135,6 +155,7 @@ class Searcher(BackgroundLoop):
             dropped: list[SessionKey] = []
             indexed = await self._index.covered(taken)
             for key in taken:
+                origin = self._origins.pop(key, None)
                 try:
                     session = await self._backend.find(key)
                 except SessionCorrupt:
@@ -146,13 +167,30 @@ class Searcher(BackgroundLoop):
                 anew = known is None or known[0] != session.header.instance or known[1] > session.head.count
                 start = 0 if anew or known is None else known[1]
                 text = SearchText(cwd=session.header.cwd if anew else None)
+                inherited: frozenset[str] = frozenset()
+                if anew and origin is not None and origin.instance == session.header.instance:
+                    start, inherited = await self._inherited(origin)
+                    # The child's own title may be one its source has since replaced: the source's row lost its words.
+                    text.title = session.head.title
                 async for event in self._events(session, start):
                     text.add(event)
                 covers = (session.header.instance, session.head.count)
-                rows.append(IndexRow(key, covers, frozenset(text.all_words()), anew, known))
+                rows.append(IndexRow(key, covers, inherited | text.all_words(), anew, known))
             raced = await self._index.write(rows, dropped)
             self._dirty |= raced  # another replica wrote them meanwhile: read again
             self._pending = set()
+
+    async def _inherited(self, origin: ForkOrigin) -> tuple[int, frozenset[str]]:
+        """The words a fork's row starts from, and the seq its own events are read from: its source's row's words
+        (a superset of the words of every event that row covers) while the row is of the incarnation the seed came
+        from, and the seed's events past what it covers; nothing (from seq 0) otherwise."""
+        row = await self._index.words_of(origin.source)
+        if row is None:
+            return 0, frozenset()
+        (instance, count), words = row
+        if instance != origin.source_instance:
+            return 0, frozenset()
+        return min(count, origin.count), words
 
     async def _events(self, session: Session, start: int) -> AsyncIterator[dict[str, object]]:
         count = session.head.count

@@ -135,6 +135,7 @@ class SessionService:
             new_instance=instance,
             changes=self.changes,
             observer=observer,
+            searcher=self.searcher,
         )
 
     # -- lifecycle -------------------------------------------------------------------------------------------------

@@ -187,3 +187,68 @@ async def test_a_session_indexed_while_the_index_is_asked_is_still_found(
 
     monkeypatch.setattr(engine, "candidates", asked_on_a_snapshot_taken_before_the_round)
     assert await found(service, "racing") == ["s"]
+
+
+def _reads_of_the_index(service: SessionService, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
+    """Every read of a log from now on, as (id, start, stop): what indexing (and searching directly) costs."""
+    reads: list[tuple[str, int, int]] = []
+    read = service.backend.read
+
+    async def recorded(key: SessionKey, start: int, stop: int) -> bytes:
+        reads.append((key.id, start, stop))
+        return await read(key, start, stop)
+
+    monkeypatch.setattr(service.backend, "read", recorded)
+    return reads
+
+
+def _turns(first: int, last: int, word: str) -> list[Any]:
+    return [
+        event
+        for number in range(first, last + 1)
+        for event in question_and_answer(f"{word} question {number}", f"{word} answer {number}", number)
+    ]
+
+
+async def test_a_fork_is_indexed_from_its_sources_words_without_reading_its_seed(
+    service: SessionService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await service.create("default", "src", _turns(1, 300, "copied"), None)  # 1,800 events
+    await caught_up(service)
+    reads = _reads_of_the_index(service, monkeypatch)
+    await service.forks.fork(SessionKey("default", "src"), child_id="child")
+    await caught_up(service)
+    assert [read for read in reads if read[0] == "child"] == []
+    assert sorted(await found(service, "copied question 300")) == ["child", "src"]
+
+
+async def test_a_fork_before_a_rename_is_found_by_its_own_title_and_not_by_what_followed_its_seed(
+    service: SessionService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The source's row holds the words of its last title only: the child's own (earlier) title is not among them.
+    events = [title("Alpha mission"), *question_and_answer("fuel levels", "nominal", 1)]
+    events += [title("Beta mission"), *question_and_answer("orbit height", "stable", 2)]
+    await service.create("default", "src", events, None)
+    await caught_up(service)
+    reads = _reads_of_the_index(service, monkeypatch)
+    await service.forks.fork(SessionKey("default", "src"), child_id="child", at_seq=6)  # turn 1's turn/end
+    await caught_up(service)
+    assert [read for read in reads if read[0] == "child"] == []
+    assert await found(service, "alpha") == ["child"]
+    assert await found(service, "fuel") == ["child", "src"]
+    assert await found(service, "beta") == ["src"]
+    assert await found(service, "orbit") == ["src"]
+
+
+async def test_a_fork_of_a_source_indexed_only_in_part_reads_only_what_its_row_lacks(
+    service: SessionService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await service.create("default", "src", _turns(1, 100, "early"), None)  # 600 events, indexed
+    await caught_up(service)
+    await service.append(SessionKey("default", "src"), _turns(101, 200, "late"))
+    reads = _reads_of_the_index(service, monkeypatch)
+    await service.forks.fork(SessionKey("default", "src"), child_id="child")  # before the round takes the append
+    await caught_up(service)
+    assert all(start >= 600 for session_id, start, _ in reads if session_id == "child"), reads
+    assert sorted(await found(service, "late answer 200")) == ["child", "src"]
+    assert sorted(await found(service, "early question 1")) == ["child", "src"]

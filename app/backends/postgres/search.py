@@ -29,7 +29,7 @@ from typing import Any
 
 from app.backends.errors import Access
 from app.backends.postgres.pool import Connection
-from app.backends.search import IndexedSession, IndexRow, SessionWalk, tagged
+from app.backends.search import IndexedSession, IndexRow, SessionWalk, tagged, untagged
 from app.domain.session import SessionKey
 
 __all__ = ["VECTOR_BYTES", "WORD_CHARACTERS", "PostgresSearch", "query_text"]
@@ -51,6 +51,12 @@ WHERE NOT EXISTS (SELECT 1 FROM forklog_sessions s WHERE s.tenant = x.tenant AND
 _COVERED = """
 SELECT x.tenant, x.id, x.instance, x.count
 FROM forklog_search x JOIN unnest($1::text[], $2::text[]) AS g (tenant, id) ON x.tenant = g.tenant AND x.id = g.id
+"""
+
+# NULL words (a row past VECTOR_BYTES) keep none: such a row is read as no row.
+_WORDS_OF = """
+SELECT instance, count, tsvector_to_array(words) AS words FROM forklog_search
+WHERE tenant = $1 AND id = $2 AND words IS NOT NULL
 """
 
 # A gone incarnation's row only: a session made again under the id meanwhile keeps the row its writer made.
@@ -161,6 +167,13 @@ class PostgresSearch:
         async with self._connection(Access.READ) as conn:
             rows = await conn.fetch(_COVERED, [key.tenant for key in keys], [key.id for key in keys])
         return {SessionKey(row["tenant"], row["id"]): (row["instance"], row["count"]) for row in rows}
+
+    async def words_of(self, key: SessionKey) -> tuple[IndexedSession, frozenset[str]] | None:
+        async with self._connection(Access.READ) as conn:
+            row = await conn.fetchrow(_WORDS_OF, key.tenant, key.id)
+        if row is None:
+            return None
+        return (row["instance"], row["count"]), untagged(row["words"])
 
     async def write(self, rows: Sequence[IndexRow], dropped: Collection[SessionKey]) -> set[SessionKey]:
         new = [row for row in rows if row.was is None]

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from app.backends.postgres.schema import migrate
-from tests.support import alone
+from tests.support import alone, node_ids
 from tests.support.pg_fixtures import pg_cluster, pg_server, pg_url
 from tests.support.postgres import PostgresCluster, PostgresServer, fresh_database_name
 
@@ -24,6 +24,10 @@ DSH_LOGS = REPO.parent / "shared" / "fixtures" / "dsh-logs"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", alone.MARKER_HELP)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    node_ids.make_unique(items)
 
 
 @pytest.hookimpl(wrapper=True)

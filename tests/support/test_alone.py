@@ -1,16 +1,14 @@
-"""``make test`` runs its tests in two xdist workers: an ``alone`` test still runs with no other test beside it."""
+"""``make test`` runs its tests in xdist workers side by side: an ``alone`` test still runs with no other test beside
+it."""
 
 from __future__ import annotations
 
 import itertools
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.inner_run import run_in_two_workers
 
 pytest.importorskip("xdist")
 
@@ -42,10 +40,6 @@ def test_timing() -> None:
 def test_after(n: int) -> None:
     ran(f"after-{n}")
 """
-# The inner run's conftest is the suite's own hooks (the marker and the locks).
-INNER_CONFTEST = "from tests.conftest import pytest_configure, pytest_runtest_protocol  # noqa: F401\n"
-
-
 Span = tuple[float, float]
 
 
@@ -59,21 +53,8 @@ def overlap(first: Span, second: Span) -> bool:
 
 
 def test_an_alone_test_runs_while_the_other_worker_waits(tmp_path: Path) -> None:
-    suite, ran = tmp_path / "suite", tmp_path / "ran"
-    suite.mkdir()
-    ran.mkdir()
-    (suite / "test_inner.py").write_text(INNER_TESTS)
-    (suite / "conftest.py").write_text(INNER_CONFTEST)
-    env = {**os.environ, "RAN_DIR": str(ran), "PYTHONPATH": str(REPO)}
-    env.pop("PYTEST_XDIST_WORKER", None)  # this test may itself run in a worker: the inner run has workers of its own
+    ran = run_in_two_workers(tmp_path, INNER_TESTS, dist="load")  # the file's tests spread over both workers
 
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q", str(suite),
-         f"--basetemp={tmp_path / 'inner-tmp'}"],
-        cwd=suite, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-
-    assert done.returncode == 0, done.stdout + done.stderr
     spans = {path.name: span_of(path) for path in ran.iterdir()}
     assert len(spans) == 9, spans
     alone_span = spans.pop("alone")

@@ -53,10 +53,11 @@ openapi: $(STAMP)
 vendor:
 	bash vendor/refresh.sh
 
-# The session browser's screenshots for the docs (docs/browser.md): the UI tests write them under pytest's temporary folder (build/,
-# ignored by git), and only this target copies them into docs/screenshots/.
+# The session browser's screenshots for the docs (docs/browser.md): the UI tests write them under pytest's temporary
+# folder (build/, ignored by git), and only this target copies them into docs/screenshots/. In one process (-n 0):
+# xdist's workers would each write into a folder of their own below --basetemp.
 screenshots: $(STAMP)
 	mkdir -p build
-	$(BIN)/pytest tests/ui -q -p no:cacheprovider --basetemp=build/ui-tests
+	$(BIN)/pytest tests/ui -q -p no:cacheprovider -n 0 --basetemp=build/ui-tests
 	mkdir -p docs/screenshots
 	cp build/ui-tests/screenshots/*.png docs/screenshots/

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 
 from app.backends.postgres.schema import migrate
+from tests.support import alone, node_ids
 from tests.support.pg_fixtures import pg_cluster, pg_server, pg_url
 from tests.support.postgres import PostgresCluster, PostgresServer, fresh_database_name
 
@@ -19,6 +20,21 @@ __all__ = ["dsh_logs_dir", "forklog_db", "forklog_template", "pg_cluster", "pg_s
 
 REPO = Path(__file__).resolve().parents[1]
 DSH_LOGS = REPO.parent / "shared" / "fixtures" / "dsh-logs"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", alone.MARKER_HELP)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    node_ids.make_unique(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    # Setup and teardown included: an ``alone`` test's fixtures (a server it starts) are part of what it times.
+    with alone.turn_of(item):
+        return (yield)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 import orjson
+import pytest
 
 from app.api.app import create_app
 from app.api.settings import Settings
@@ -20,6 +21,7 @@ def seed_of(count: int) -> list[dict[str, object]]:
     ]
 
 
+@pytest.mark.alone  # compares two timings of its own: another worker's load would skew them
 def test_health_answers_while_a_large_seed_is_created(tmp_path: Path) -> None:
     app = create_app(Settings(data_dir=tmp_path / "data", fsync=False, max_body_bytes=64 * 1024 * 1024))
     body = orjson.dumps({"id": "big", "seed": seed_of(60_000)})

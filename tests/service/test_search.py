@@ -147,6 +147,7 @@ async def test_the_file_index_survives_a_restart_and_a_lost_file(tmp_path: Path)
     await third.stop()
 
 
+@pytest.mark.alone  # compares the longest gap between ticks to the whole indexing: another worker's load skews both
 async def test_indexing_a_long_log_leaves_the_event_loop_to_other_requests(service: SessionService) -> None:
     turns = [
         event for number in range(1, 5001) for event in question_and_answer(f"question {number}", "answer", number)

@@ -23,6 +23,7 @@ new PerformanceObserver((list) => {
 """
 
 
+@pytest.mark.alone  # the page's longest task is its CPU time: another worker's load would stretch it
 def test_a_100k_event_session_opens_without_freezing(tabs: Tabs, connect: Connect, start_server: StartServer) -> None:
     server = start_server()
     api = connect(server)

@@ -263,7 +263,10 @@ export interface components {
          * @description a streamed piece
          */
         AssistantChunkEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "assistant/chunk";
             seq: number;
             time: number;
@@ -284,7 +287,10 @@ export interface components {
          * @description the model's message
          */
         AssistantMessageEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "assistant/message";
             seq: number;
             time: number;
@@ -306,6 +312,11 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /**
+         * CoreEvent
+         * @description a stored event; its type is one of the core vocabulary's, its data that type's shape
+         */
+        CoreEvent: components["schemas"]["TurnStartEvent"] | components["schemas"]["TurnEndEvent"] | components["schemas"]["StepStartEvent"] | components["schemas"]["StepEndEvent"] | components["schemas"]["UserMessageEvent"] | components["schemas"]["AssistantChunkEvent"] | components["schemas"]["AssistantMessageEvent"] | components["schemas"]["ToolCallEvent"] | components["schemas"]["ToolResultEvent"] | components["schemas"]["RequestHeaderEvent"] | components["schemas"]["TodoWriteEvent"] | components["schemas"]["RequestContextEvent"] | components["schemas"]["SessionEndSeedEvent"];
         /**
          * CorruptSession
          * @description A stored session kept out of service.
@@ -368,7 +379,7 @@ export interface components {
          * Event
          * @description a stored event
          */
-        Event: components["schemas"]["TurnStartEvent"] | components["schemas"]["TurnEndEvent"] | components["schemas"]["StepStartEvent"] | components["schemas"]["StepEndEvent"] | components["schemas"]["UserMessageEvent"] | components["schemas"]["AssistantChunkEvent"] | components["schemas"]["AssistantMessageEvent"] | components["schemas"]["ToolCallEvent"] | components["schemas"]["ToolResultEvent"] | components["schemas"]["RequestHeaderEvent"] | components["schemas"]["TodoWriteEvent"] | components["schemas"]["RequestContextEvent"] | components["schemas"]["SessionEndSeedEvent"] | components["schemas"]["OtherEvent"];
+        Event: components["schemas"]["CoreEvent"] | components["schemas"]["OtherEvent"];
         /**
          * EventsPage
          * @description Events of a session's log from a seq on.
@@ -680,7 +691,10 @@ export interface components {
          * @description a streamed piece
          */
         NewAssistantChunkEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "assistant/chunk";
             data: components["schemas"]["AssistantChunkData"];
             /** @constant */
@@ -691,7 +705,10 @@ export interface components {
          * @description the model's message
          */
         NewAssistantMessageEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "assistant/message";
             data: components["schemas"]["AssistantMessageData"];
             /** @constant */
@@ -701,10 +718,15 @@ export interface components {
             sourceEventSeqs?: number[];
         };
         /**
+         * NewCoreEvent
+         * @description an event to append: the server assigns seq and time; its type is one of the core vocabulary's, its data that type's shape
+         */
+        NewCoreEvent: components["schemas"]["NewTurnStartEvent"] | components["schemas"]["NewTurnEndEvent"] | components["schemas"]["NewStepStartEvent"] | components["schemas"]["NewStepEndEvent"] | components["schemas"]["NewUserMessageEvent"] | components["schemas"]["NewAssistantChunkEvent"] | components["schemas"]["NewAssistantMessageEvent"] | components["schemas"]["NewToolCallEvent"] | components["schemas"]["NewToolResultEvent"] | components["schemas"]["NewRequestHeaderEvent"] | components["schemas"]["NewTodoWriteEvent"] | components["schemas"]["NewRequestContextEvent"] | components["schemas"]["NewSessionEndSeedEvent"];
+        /**
          * NewEvent
          * @description an event to append: the server assigns seq and time
          */
-        NewEvent: components["schemas"]["NewTurnStartEvent"] | components["schemas"]["NewTurnEndEvent"] | components["schemas"]["NewStepStartEvent"] | components["schemas"]["NewStepEndEvent"] | components["schemas"]["NewUserMessageEvent"] | components["schemas"]["NewAssistantChunkEvent"] | components["schemas"]["NewAssistantMessageEvent"] | components["schemas"]["NewToolCallEvent"] | components["schemas"]["NewToolResultEvent"] | components["schemas"]["NewRequestHeaderEvent"] | components["schemas"]["NewTodoWriteEvent"] | components["schemas"]["NewRequestContextEvent"] | components["schemas"]["NewSessionEndSeedEvent"] | components["schemas"]["NewOtherEvent"];
+        NewEvent: components["schemas"]["NewCoreEvent"] | components["schemas"]["NewOtherEvent"];
         /**
          * NewOtherEvent
          * @description an event of any other type (a log-only event): its data is not checked
@@ -721,7 +743,10 @@ export interface components {
          * @description inside a turn; data is not checked
          */
         NewRequestContextEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "request/context";
             /** @description any JSON value */
             data: unknown;
@@ -733,7 +758,10 @@ export interface components {
          * @description inside a turn
          */
         NewRequestHeaderEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "request/header";
             data: components["schemas"]["RequestHeaderData"];
             /** @constant */
@@ -744,7 +772,10 @@ export interface components {
          * @description anywhere; data is not checked
          */
         NewSessionEndSeedEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "session/end-seed";
             /** @description any JSON value */
             data: unknown;
@@ -756,7 +787,10 @@ export interface components {
          * @description closes the open step
          */
         NewStepEndEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "step/end";
             data: components["schemas"]["StepData"];
             /** @constant */
@@ -767,7 +801,10 @@ export interface components {
          * @description opens step data.step of the open turn
          */
         NewStepStartEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "step/start";
             data: components["schemas"]["StepData"];
             /** @constant */
@@ -778,7 +815,10 @@ export interface components {
          * @description inside a turn; data is not checked
          */
         NewTodoWriteEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "todo/write";
             /** @description any JSON value */
             data: unknown;
@@ -790,7 +830,10 @@ export interface components {
          * @description a tool call of the open step
          */
         NewToolCallEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "tool/call";
             data: components["schemas"]["ToolCallData"];
             /** @constant */
@@ -801,7 +844,10 @@ export interface components {
          * @description a tool call's result (role user)
          */
         NewToolResultEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "tool/result";
             data: components["schemas"]["ToolResultData"];
             /** @constant */
@@ -815,7 +861,10 @@ export interface components {
          * @description closes the open turn: a fork boundary
          */
         NewTurnEndEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "turn/end";
             data: components["schemas"]["TurnEndData"];
             /** @constant */
@@ -826,7 +875,10 @@ export interface components {
          * @description opens turn data.turn (1, 2, 3, ...)
          */
         NewTurnStartEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "turn/start";
             data: components["schemas"]["TurnStartData"];
             /** @constant */
@@ -837,7 +889,10 @@ export interface components {
          * @description a user's message (role user)
          */
         NewUserMessageEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "user/message";
             data: components["schemas"]["Message"];
             /** @constant */
@@ -1049,7 +1104,10 @@ export interface components {
          * @description inside a turn; data is not checked
          */
         RequestContextEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "request/context";
             seq: number;
             time: number;
@@ -1079,7 +1137,10 @@ export interface components {
          * @description inside a turn
          */
         RequestHeaderEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "request/header";
             seq: number;
             time: number;
@@ -1120,7 +1181,10 @@ export interface components {
          * @description a streamed piece
          */
         SeedAssistantChunkEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "assistant/chunk";
             /** @description its index, when given */
             seq?: number;
@@ -1134,7 +1198,10 @@ export interface components {
          * @description the model's message
          */
         SeedAssistantMessageEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "assistant/message";
             /** @description its index, when given */
             seq?: number;
@@ -1147,10 +1214,15 @@ export interface components {
             sourceEventSeqs?: number[];
         };
         /**
+         * SeedCoreEvent
+         * @description an event of a seed: seq (its index) and time are optional; its type is one of the core vocabulary's, its data that type's shape
+         */
+        SeedCoreEvent: components["schemas"]["SeedTurnStartEvent"] | components["schemas"]["SeedTurnEndEvent"] | components["schemas"]["SeedStepStartEvent"] | components["schemas"]["SeedStepEndEvent"] | components["schemas"]["SeedUserMessageEvent"] | components["schemas"]["SeedAssistantChunkEvent"] | components["schemas"]["SeedAssistantMessageEvent"] | components["schemas"]["SeedToolCallEvent"] | components["schemas"]["SeedToolResultEvent"] | components["schemas"]["SeedRequestHeaderEvent"] | components["schemas"]["SeedTodoWriteEvent"] | components["schemas"]["SeedRequestContextEvent"] | components["schemas"]["SeedSessionEndSeedEvent"];
+        /**
          * SeedEvent
          * @description an event of a seed: seq (its index) and time are optional
          */
-        SeedEvent: components["schemas"]["SeedTurnStartEvent"] | components["schemas"]["SeedTurnEndEvent"] | components["schemas"]["SeedStepStartEvent"] | components["schemas"]["SeedStepEndEvent"] | components["schemas"]["SeedUserMessageEvent"] | components["schemas"]["SeedAssistantChunkEvent"] | components["schemas"]["SeedAssistantMessageEvent"] | components["schemas"]["SeedToolCallEvent"] | components["schemas"]["SeedToolResultEvent"] | components["schemas"]["SeedRequestHeaderEvent"] | components["schemas"]["SeedTodoWriteEvent"] | components["schemas"]["SeedRequestContextEvent"] | components["schemas"]["SeedSessionEndSeedEvent"] | components["schemas"]["SeedOtherEvent"];
+        SeedEvent: components["schemas"]["SeedCoreEvent"] | components["schemas"]["SeedOtherEvent"];
         /**
          * SeedOtherEvent
          * @description an event of any other type (a log-only event): its data is not checked
@@ -1170,7 +1242,10 @@ export interface components {
          * @description inside a turn; data is not checked
          */
         SeedRequestContextEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "request/context";
             /** @description its index, when given */
             seq?: number;
@@ -1185,7 +1260,10 @@ export interface components {
          * @description inside a turn
          */
         SeedRequestHeaderEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "request/header";
             /** @description its index, when given */
             seq?: number;
@@ -1199,7 +1277,10 @@ export interface components {
          * @description anywhere; data is not checked
          */
         SeedSessionEndSeedEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "session/end-seed";
             /** @description its index, when given */
             seq?: number;
@@ -1214,7 +1295,10 @@ export interface components {
          * @description closes the open step
          */
         SeedStepEndEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "step/end";
             /** @description its index, when given */
             seq?: number;
@@ -1228,7 +1312,10 @@ export interface components {
          * @description opens step data.step of the open turn
          */
         SeedStepStartEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "step/start";
             /** @description its index, when given */
             seq?: number;
@@ -1242,7 +1329,10 @@ export interface components {
          * @description inside a turn; data is not checked
          */
         SeedTodoWriteEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "todo/write";
             /** @description its index, when given */
             seq?: number;
@@ -1257,7 +1347,10 @@ export interface components {
          * @description a tool call of the open step
          */
         SeedToolCallEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "tool/call";
             /** @description its index, when given */
             seq?: number;
@@ -1271,7 +1364,10 @@ export interface components {
          * @description a tool call's result (role user)
          */
         SeedToolResultEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "tool/result";
             /** @description its index, when given */
             seq?: number;
@@ -1288,7 +1384,10 @@ export interface components {
          * @description closes the open turn: a fork boundary
          */
         SeedTurnEndEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "turn/end";
             /** @description its index, when given */
             seq?: number;
@@ -1302,7 +1401,10 @@ export interface components {
          * @description opens turn data.turn (1, 2, 3, ...)
          */
         SeedTurnStartEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "turn/start";
             /** @description its index, when given */
             seq?: number;
@@ -1316,7 +1418,10 @@ export interface components {
          * @description a user's message (role user)
          */
         SeedUserMessageEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "user/message";
             /** @description its index, when given */
             seq?: number;
@@ -1414,7 +1519,10 @@ export interface components {
          * @description anywhere; data is not checked
          */
         SessionEndSeedEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "session/end-seed";
             seq: number;
             time: number;
@@ -1607,7 +1715,10 @@ export interface components {
          * @description closes the open step
          */
         StepEndEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "step/end";
             seq: number;
             time: number;
@@ -1620,7 +1731,10 @@ export interface components {
          * @description opens step data.step of the open turn
          */
         StepStartEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "step/start";
             seq: number;
             time: number;
@@ -1664,7 +1778,10 @@ export interface components {
          * @description inside a turn; data is not checked
          */
         TodoWriteEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "todo/write";
             seq: number;
             time: number;
@@ -1688,7 +1805,10 @@ export interface components {
          * @description a tool call of the open step
          */
         ToolCallEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "tool/call";
             seq: number;
             time: number;
@@ -1712,7 +1832,10 @@ export interface components {
          * @description a tool call's result (role user)
          */
         ToolResultEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "tool/result";
             seq: number;
             time: number;
@@ -1735,7 +1858,10 @@ export interface components {
          * @description closes the open turn: a fork boundary
          */
         TurnEndEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "turn/end";
             seq: number;
             time: number;
@@ -1761,7 +1887,10 @@ export interface components {
          * @description opens turn data.turn (1, 2, 3, ...)
          */
         TurnStartEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "turn/start";
             seq: number;
             time: number;
@@ -1810,7 +1939,10 @@ export interface components {
          * @description a user's message (role user)
          */
         UserMessageEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "user/message";
             seq: number;
             time: number;

@@ -89,7 +89,10 @@ def _typecheck(package: Path, folder: Path, source: str) -> subprocess.Completed
     (folder / "package.json").write_text('{"private": true, "type": "module"}\n')  # ES modules: top-level await
     (folder / "walk.ts").write_text(source)
     tsconfig = json.loads((USER / "tsconfig.json").read_text())
-    tsconfig["compilerOptions"] |= {"noEmit": True, "paths": {"@forklog/client": [str(package / "dist" / "index.d.ts")]}}
+    tsconfig["compilerOptions"] |= {
+        "noEmit": True,
+        "paths": {"@forklog/client": [str(package / "dist" / "index.d.ts")]},
+    }
     (folder / "tsconfig.json").write_text(json.dumps(tsconfig))
     tsc = [node(), str(dev_modules() / "typescript" / "bin" / "tsc"), "-p", "."]
     return subprocess.run(tsc, cwd=folder, capture_output=True, text=True, timeout=STEP_TIMEOUT, check=False)

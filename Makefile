@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck run bench bench-profile clean openapi vendor screenshots
+.PHONY: test lint typecheck docs run bench bench-profile clean openapi vendor screenshots
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
+test: lint typecheck docs
 	$(BIN)/pytest
+
+# The documentation site (mkdocs.yml, docs/): --strict makes a dead link, an unknown anchor or a missing page an
+# error, so `make test` fails on them. The site goes to build/docs/ (ignored by git).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 run: $(STAMP)
 	$(BIN)/python -m app
@@ -48,7 +53,7 @@ openapi: $(STAMP)
 vendor:
 	bash vendor/refresh.sh
 
-# The session browser's screenshots for the README: the UI tests write them under pytest's temporary folder (build/,
+# The session browser's screenshots for the docs (docs/browser.md): the UI tests write them under pytest's temporary folder (build/,
 # ignored by git), and only this target copies them into docs/screenshots/.
 screenshots: $(STAMP)
 	mkdir -p build

@@ -34,13 +34,15 @@ import httpx
 from app.api.app import create_app
 from app.api.settings import Settings
 from app.backends.files import FileBackend
-from app.backends.files.codec import encode_header
 from app.backends.postgres import PostgresBackend
 from app.backends.postgres.state import encode_state
+from app.backends.search import tag_of
+from app.domain.clock import wall_clock_ms
+from app.domain.dsh_records import encode_header
 from app.domain.log import seed_log
 from app.domain.log_state import LogState
 from app.domain.session import SessionHeader, SessionKey
-from app.service.sessions import SessionService, wall_clock_ms
+from app.service.sessions import SessionService
 from bench.report import Row, skipped
 from bench.util import env_int, log
 from tests.support.postgres import PostgresCluster, PostgresError, fresh_database_name
@@ -217,7 +219,7 @@ async def _postgres_listing(count: int) -> list[Row]:
 
 
 # Copies of the session s0 (made through the backend) as s1 .. s{N-1}, each with its own log, events, checkpoint and
-# search row: its words service0 and region0 become service{n} and region{n}.
+# search row: its words service0 and region0 become service{n} and region{n} (each after the tenant's tag, $2).
 _PG_COPY = """
 CREATE TEMP TABLE numbers AS SELECT n FROM generate_series(1, $1::int - 1) AS n;
 CREATE TEMP TABLE template AS SELECT * FROM forklog_sessions WHERE id = 's0';
@@ -241,8 +243,8 @@ INSERT INTO forklog_sessions SELECT * FROM session_copies;
 INSERT INTO forklog_search (tenant, id, instance, count, size, words)
     SELECT 'default', 's' || n, md5(n::text), x.count, x.size,
         array_to_tsvector(
-            array_remove(array_remove(tsvector_to_array(x.words), 'service0'), 'region0')
-            || array['service' || n, 'region' || n]
+            array_remove(array_remove(tsvector_to_array(x.words), $2::text || 'service0'), $2::text || 'region0')
+            || array[$2::text || 'service' || n, $2::text || 'region' || n]
         )
     FROM forklog_search x, numbers WHERE x.id = 's0';
 """
@@ -273,7 +275,8 @@ async def _postgres_search(count: int) -> list[Row]:
         started = time.perf_counter()
         conn = await asyncpg.connect(url)
         try:
-            await conn.execute(_PG_COPY.replace("$1::int", str(int(count))))
+            tag = f"'{tag_of('default')}'"  # hex digits: nothing to escape
+            await conn.execute(_PG_COPY.replace("$1::int", str(int(count))).replace("$2::text", tag))
             await conn.execute("VACUUM ANALYZE")
         finally:
             await conn.close()

@@ -7,7 +7,7 @@
 Each session is a header and one whole turn (turn/start, user/message, step/start, assistant/message, step/end,
 turn/end), the turn of the README's walk; with ``--empty``, a header alone. The bytes are the service's own: the
 turn is checked and encoded by :func:`app.domain.log.seed_log` (as a create with a seed stores it) and the header
-by :func:`app.backends.files.codec.encode_header`. Files are written straight into ``sessions/`` (no fsync, no temp
+by :func:`app.domain.dsh_records.encode_header`. Files are written straight into ``sessions/`` (no fsync, no temp
 file and link): this is about reading them, not about creating them.
 
 ``start`` runs ``python -m app --no-fsync --log-level warning`` on DATA (``--fsync``: the default, syncing
@@ -33,7 +33,7 @@ import time
 import uuid
 from pathlib import Path
 
-from app.backends.files.codec import encode_header
+from app.domain.dsh_records import encode_header
 from app.domain.log import seed_log
 from app.domain.session import SessionHeader
 from bench.report import Row

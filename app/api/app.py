@@ -110,15 +110,17 @@ def create_app(
         # The store opens while the port is open: /healthz answers, every session route answers NOT_READY.
         opening = asyncio.create_task(service.start())
         opening.add_done_callback(lambda task: task.cancelled() or task.exception())
-        watching = asyncio.create_task(keys.watch()) if keys is not None else None
+        if keys is not None:
+            keys.watcher.start()
         try:
             yield
         finally:
-            for task in (opening, watching):
-                if task is not None and not task.done():
-                    task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task  # type: ignore[misc]
+            if keys is not None:
+                await keys.watcher.stop()
+            if not opening.done():
+                opening.cancel()
+            with contextlib.suppress(BaseException):
+                await opening
             await service.stop()
             if tracing is not None:
                 await asyncio.to_thread(tracing.shutdown)

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# A private module, kept on purpose: it is the very code ExceptionMiddleware runs for a route, so an error here is
+# answered exactly as through the router (tests/api/test_append_shortcut.py compares both paths for every error);
+# a copy of it would drift from Starlette's handler lookup instead.
 from starlette._exception_handler import wrap_app_handling_exceptions
 from starlette.requests import Request
 from starlette.routing import Match

@@ -52,7 +52,7 @@ class Gateway:
         keys: Callable[[], KeyRing] | None,
     ) -> None:
         self.app = app
-        self.telemetry = RequestTelemetry(metrics=metrics, tracing=tracing)
+        self.telemetry = RequestTelemetry(metrics=metrics, tracing=tracing, keyed=keys is not None)
         self.cors = Cors(app, origins=cors_origins)
         guards: list[Guard]
         if keys is not None:

@@ -35,10 +35,6 @@ def _identity(path: Path) -> Identity:
     return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
 
 
-def read_keys(path: Path) -> list[ApiKey]:
-    return read_keys_file(path).keys
-
-
 def read_keys_file(path: Path) -> KeysFileContent:
     """The keys and the tenant lines of the file (spec 14's limits ride in it too)."""
     try:

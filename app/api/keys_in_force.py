@@ -15,7 +15,6 @@ costs less than a frame.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from fastapi import Request
@@ -25,6 +24,7 @@ from app.api.auth import challenge
 from app.api.keys_file import POLL_SECONDS, KeysFile
 from app.api.problems import problem_response
 from app.api.routing import key_in_force
+from app.backends.background import Periodic
 from app.domain.access import ApiKey, KeyRing, Scope
 from app.domain.errors import ErrorCode
 
@@ -37,6 +37,8 @@ class KeysInForce:
     def __init__(self, file: KeysFile, *, on_change: Callable[[], None]) -> None:
         self.file = file
         self._on_change = on_change
+        # Looks at the file every POLL_SECONDS while the app runs (started and stopped by its lifespan).
+        self.watcher = Periodic("forklog-keys-watch", POLL_SECONDS, self._look)
 
     @property
     def ring(self) -> KeyRing:
@@ -54,11 +56,8 @@ class KeysInForce:
         line = self.current().line_of(key)
         return line is not None and line.tenant == key.tenant and line.allows(scope)
 
-    async def watch(self) -> None:
-        """Look at the file every :data:`POLL_SECONDS` until cancelled."""
-        while True:
-            await asyncio.sleep(POLL_SECONDS)
-            self.current()
+    async def _look(self) -> None:
+        self.current()
 
 
 def _always() -> bool:

@@ -26,7 +26,7 @@ from prometheus_client.utils import floatToGoString
 
 from app.service.observer import SessionObserver
 
-__all__ = ["KNOWN_METHODS", "Histogram", "Metrics"]
+__all__ = ["KNOWN_METHODS", "NO_TENANT", "Histogram", "Metrics"]
 
 # OpenTelemetry's http.server.request.duration buckets (seconds).
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -35,6 +35,9 @@ SYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 # OpenTelemetry's rule for http.request.method: any other method is "_OTHER" (a client cannot mint series).
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
 HTTP_LABELS = ("http_request_method", "http_route", "http_response_status_code")
+# The tenant label of a request that has no tenant (spec 13: refused before its key was read, or made without one
+# while keys are required): a tenant is named like an id, starting with a letter or digit, so none is named this.
+NO_TENANT = "-"
 
 
 class Histogram:

@@ -81,7 +81,8 @@ class Routes(APIRouter):
         def add(endpoint: Endpoint) -> Endpoint:
             self.add_api_route(spec.path, endpoint, methods=[spec.method], **documentation, **options)
             route = self.routes[-1]
-            assert isinstance(route, PlainRoute)
+            if not isinstance(route, PlainRoute):
+                raise TypeError(f"{spec.path} was added as {type(route).__name__}; a Routes router adds PlainRoutes")
             route.spec = spec
             return endpoint
 

@@ -350,8 +350,14 @@ class CorruptSession(BaseModel):
 
 
 class Ready(BaseModel):
-    """The counts and the corrupt sessions only for an admin key (or with no keys file)."""
+    """Every tenant's counts and corrupt list to an admin key; its tenant's counts to another key; no key: status."""
 
     status: Literal["ready"]
-    sessions: Count | None = None
-    corrupt: list[CorruptSession] | None = None
+    sessions: Count | None = Field(
+        default=None, description="live sessions: of every tenant for an admin key, else of the key's tenant"
+    )
+    corrupt: list[CorruptSession] | Count | None = Field(
+        default=None,
+        description="the sessions kept out of service: every tenant's, listed, for an admin key; "
+        "for another key, how many of its tenant's",
+    )

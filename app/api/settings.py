@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.backends.postgres.target import DatabaseTarget, InvalidDatabaseUrl
+from app.backends.database_url import DatabaseTarget, InvalidDatabaseUrl
+from app.backends.open import StoreSettings
 from app.domain.limits import TenantLimits, parse_duration_ms
 
 __all__ = ["LogLevel", "Settings"]
@@ -80,6 +81,12 @@ class Settings(BaseSettings):
         if value is not None:
             parse_duration_ms(value)  # BadLimit is a ValueError: the settings' message names it
         return value
+
+    @property
+    def store(self) -> StoreSettings:
+        """The store these settings name (:func:`~app.backends.open.open_store` opens it)."""
+        place = self.data_dir if self.database_url is None else self.database_url.get_secret_value()
+        return StoreSettings(place, memory=self.backend == "memory", fsync=self.fsync)
 
     def tenant_limits(self) -> TenantLimits:
         """The tenant default's limits these settings give (spec 14)."""

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from app.api.auth import KEY_STATE
-from app.api.metrics import KNOWN_METHODS, Metrics
+from app.api.metrics import KNOWN_METHODS, NO_TENANT, Metrics
 from app.api.problems import PROBLEM_CODE_STATE
 from app.api.request_ids import REQUEST_ID_STATE, new_request_id, valid_request_id
 from app.api.route_table import matched_route, spec_of
@@ -83,11 +83,14 @@ class OpenRequest:
 
 class RequestTelemetry:
     """A request's id, metrics and span: :meth:`begin` before any other layer looks at it, :meth:`end` once it is
-    answered (app.api.gateway calls both, around everything else)."""
+    answered (app.api.gateway calls both, around everything else). ``keyed``: whether a keys file is in force (then
+    a request's tenant is its key's, and a request without one has none); without one every request is
+    ``default``'s, as every session is."""
 
-    def __init__(self, *, metrics: Metrics | None, tracing: Tracing | None) -> None:
+    def __init__(self, *, metrics: Metrics | None, tracing: Tracing | None, keyed: bool) -> None:
         self.metrics = metrics
         self.tracing = tracing
+        self.keyed = keyed
 
     def begin(self, scope: Scope) -> OpenRequest:
         """Give the HTTP request its id (the client's if well-formed), count it as active, start its span."""
@@ -125,7 +128,7 @@ class RequestTelemetry:
         route = route_template(scope)
         if metrics is not None:
             state = scope["state"]
-            tenant = _tenant(state)
+            tenant = self._tenant(state)
             metrics.answered(opened.method, route, status, tenant, time.perf_counter() - opened.began)
             code = state.get(PROBLEM_CODE_STATE)
             if code is not None:
@@ -133,6 +136,16 @@ class RequestTelemetry:
         if span is not None:
             otel_context.detach(opened.token)  # type: ignore[arg-type]
             _end_span(span, scope, opened.method, route, status)
+
+    def _tenant(self, state: dict[str, Any]) -> str:
+        """The request's tenant as the metrics label it: :data:`~app.api.metrics.NO_TENANT` for a request with a
+        keys file in force but no key of it (a 401, an open route such as ``/readyz`` called without one, a CORS
+        preflight), never ``default``, which a real tenant may be named."""
+        key = state.get(KEY_STATE)
+        if key is not None:
+            tenant: str = key.tenant
+            return tenant
+        return NO_TENANT if self.keyed else DEFAULT_TENANT
 
     def _start_span(self, scope: Scope, method: str, traceparent: bytes | None, tracestate: bytes | None) -> trace.Span:
         assert self.tracing is not None
@@ -158,11 +171,6 @@ class RequestTelemetry:
 def _span_method(method: str) -> str:
     """OpenTelemetry's span names say ``HTTP`` for a method outside HTTP's own."""
     return "HTTP" if method == "_OTHER" else method
-
-
-def _tenant(state: dict[str, Any]) -> str:
-    key = state.get(KEY_STATE)
-    return key.tenant if key is not None else DEFAULT_TENANT
 
 
 def _end_span(span: trace.Span, scope: Scope, method: str, route: str, status: int) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from app.api.problems import invalid_request
-from app.backends.files.codec import encode_header
+from app.domain.dsh_records import encode_header
 from app.domain.ids import is_valid_id
 from app.domain.search import Match
 from app.domain.session import HEADER_FIELDS, Session, SessionHeader

@@ -1,12 +1,14 @@
 """A loop run in the background while its owner is open (PostgreSQL's doorbell, change poll and primary watch; the
-search indexer): one task, started once, cancelled and awaited when its owner closes."""
+search indexer; the idempotency sweep, the tails' rechecks, the keys file's watch): one task, started once,
+cancelled and awaited when its owner closes."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 
-__all__ = ["BackgroundLoop"]
+__all__ = ["BackgroundLoop", "Periodic"]
 
 
 class BackgroundLoop:
@@ -26,5 +28,30 @@ class BackgroundLoop:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def cancel(self) -> None:
+        """Cancel without waiting, for an owner that stops synchronously: the task ends on the loop's next turn, and
+        a later :meth:`stop` still awaits it."""
+        if self._task is not None:
+            self._task.cancel()
+
     async def _run(self) -> None:
         raise NotImplementedError
+
+
+class Periodic(BackgroundLoop):
+    """Runs ``work`` every ``seconds`` (the first time at once when ``at_start``, else after the first wait)."""
+
+    def __init__(
+        self, task_name: str, seconds: float, work: Callable[[], Awaitable[None]], *, at_start: bool = False
+    ) -> None:
+        self.task_name = task_name
+        self._seconds = seconds
+        self._work = work
+        self._at_start = at_start
+
+    async def _run(self) -> None:
+        if not self._at_start:
+            await asyncio.sleep(self._seconds)
+        while True:
+            await self._work()
+            await asyncio.sleep(self._seconds)

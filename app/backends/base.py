@@ -30,18 +30,22 @@ __all__ = [
     "ChangeListener",
     "CorruptEntry",
     "CountsLocally",
+    "DataDirChecks",
     "EnforcesQuotas",
     "IdempotencyRecord",
     "LimitsOf",
     "OpensInBackground",
+    "Reader",
     "Readiness",
     "Remember",
+    "Salvaged",
     "Seed",
     "SeedLog",
     "SeedPrefix",
     "SweepsOnce",
     "Tip",
     "Usage",
+    "Verification",
     "each_session",
 ]
 
@@ -132,14 +136,14 @@ class IdempotencyRecord:
 Remember = Callable[[Session], IdempotencyRecord]
 
 
-class Backend(Protocol):
-    """Where sessions live. All methods may raise :class:`~app.backends.errors.StorageUnavailable`."""
+class Reader(Protocol):
+    """The reading half of a store: what a command that only reads one needs (``export``, ``copy``'s source).
+
+    Every :class:`Backend` is one; so is a data directory opened to be read (nothing of it changes). All methods may
+    raise :class:`~app.backends.errors.StorageUnavailable`.
+    """
 
     name: str
-    # Told of the durable writes (metrics, traces): the API layer sets it before the store opens.
-    observer: StorageObserver
-
-    # -- lifecycle -----------------------------------------------------------------------------------------------
 
     async def open(self) -> None:
         """Recover (or connect to) the store; may take long. Nothing else is called before it returns."""
@@ -147,13 +151,8 @@ class Backend(Protocol):
     async def close(self) -> None:
         """Release the store (at a clean shutdown: after the last change)."""
 
-    async def readiness(self) -> Readiness:
-        """How many sessions are live, and which stored ones are kept out of service."""
-
-    def listen(self, listener: ChangeListener) -> None:
-        """Call ``listener`` when another process changes a session (never for this process's own changes)."""
-
-    # -- reads ---------------------------------------------------------------------------------------------------
+    async def tenants(self) -> list[str]:
+        """Every tenant that has at least one live session, sorted."""
 
     async def find(self, key: SessionKey) -> Session | None:
         """The live session, or None; :class:`~app.backends.errors.SessionCorrupt` for a damaged one."""
@@ -168,6 +167,25 @@ class Backend(Protocol):
     def chunks(self, key: SessionKey, instance: str, stop: int) -> AsyncIterator[bytes]:
         """The JSONL lines of events ``0`` .. ``stop - 1`` of that incarnation, a piece at a time (a snapshot's
         seed); the events are those of the moment of the call, whatever happens to the session meanwhile."""
+
+
+class Backend(Reader, Protocol):
+    """Where sessions live: a :class:`Reader` that a service also changes. All methods may raise
+    :class:`~app.backends.errors.StorageUnavailable`."""
+
+    # Told of the durable writes (metrics, traces): the API layer sets it before the store opens.
+    observer: StorageObserver
+
+    # -- lifecycle (open and close: the Reader's) ------------------------------------------------------------------
+
+    async def readiness(self, tenant: str | None = None) -> Readiness:
+        """How many sessions are live, and which stored ones are kept out of service: over every tenant, or only
+        ``tenant``'s (cheap: a count the store keeps or an indexed one, never a pass over the sessions)."""
+
+    def listen(self, listener: ChangeListener) -> None:
+        """Call ``listener`` when another process changes a session (never for this process's own changes)."""
+
+    # -- reads (besides the Reader's) ------------------------------------------------------------------------------
 
     async def is_turn_end(self, key: SessionKey, seq: int) -> bool:
         """Whether the stored event ``seq`` is a ``turn/end``."""
@@ -203,9 +221,6 @@ class Backend(Protocol):
         """Make a live session with exactly this header (its ``createdAt`` and ``instance`` kept) and events: an
         import or a copy from another store. The ``createdAt`` of later creates still follows it. Raises
         ``SessionAlreadyExists`` if the id is live."""
-
-    async def tenants(self) -> list[str]:
-        """Every tenant that has at least one live session, sorted."""
 
     # -- idempotent retries (spec 8) ---------------------------------------------------------------------------------
 
@@ -270,13 +285,54 @@ class SweepsOnce(Protocol):
         """Held while the caller sweeps: True if this process has the lease, False if another one sweeps now."""
 
 
-class Pages(Protocol):
-    """A store whose sessions can be listed a page at a time (every backend; the CLI's stores)."""
-
-    async def page(self, tenant: str, request: PageRequest) -> list[Session]: ...
+# -- a data directory read by a command (spec 10) --------------------------------------------------------------------
 
 
-async def each_session(store: Pages, tenant: str, request: PageRequest) -> AsyncIterator[Session]:
+class Verification(Protocol):
+    """What a check of every session file of a data directory found."""
+
+    @property
+    def files(self) -> int:
+        """The entries of the sessions folders looked at."""
+
+    @property
+    def events(self) -> int:
+        """The events of the whole sessions."""
+
+    @property
+    def bytes(self) -> int:
+        """The bytes of the files looked at."""
+
+    @property
+    def corrupt(self) -> list[CorruptEntry]:
+        """The damaged files, as ``/readyz`` lists them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Salvaged:
+    """What a damaged session file holds before its damage."""
+
+    header: SessionHeader
+    log: SessionLog
+    left_out: str | None  # why the rest was left out (None when nothing was)
+
+
+class DataDirChecks(Protocol):
+    """What only a data directory opened to be read does besides reading: check every file as a start would,
+    changing nothing, and salvage a damaged one."""
+
+    def count_files(self) -> int:
+        """How many entries the sessions folders hold (for a progress bar)."""
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> Verification:
+        """Check every session file, keeping none in memory; ``progress(bytes)`` after each file."""
+
+    def salvage(self, key: SessionKey) -> Salvaged:
+        """What the damaged file of ``key`` holds before its damage; :class:`~app.backends.errors.NothingToSalvage`
+        when it cannot be read or even its header is damaged."""
+
+
+async def each_session(store: Reader, tenant: str, request: PageRequest) -> AsyncIterator[Session]:
     """Every session ``request`` takes, from its start to the list's end, a page of ``request.limit`` at a time."""
     while True:
         page = await store.page(tenant, request)

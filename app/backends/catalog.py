@@ -42,21 +42,29 @@ class FrozenLog(Protocol):
 
 
 class LiveSession:
-    """A live session held in memory: its key, its header and its log (the log grows; the rest never changes).
+    """A live session held in memory: its key, its header, its log (the log grows; the header never changes) and
+    ``changed_at``, when its last change was acknowledged by the server's clock (what retention counts from).
 
     ``checkpointed`` is the file backend's: how many of the log's events a durable checkpoint covers, or -1 when
     the session's file does not hold the log's bytes as they are in memory (a DSH log with packed rows): such a
     session is never checkpointed, and a fork of it is written from memory.
     """
 
-    __slots__ = ("_log", "checkpointed", "header", "key", "updated_at")
+    __slots__ = ("_log", "changed_at", "checkpointed", "header", "key", "updated_at")
 
     def __init__(
-        self, key: SessionKey, header: SessionHeader, log: SessionLog | FrozenLog, *, checkpointed: int = 0
+        self,
+        key: SessionKey,
+        header: SessionHeader,
+        log: SessionLog | FrozenLog,
+        *,
+        changed_at: int,
+        checkpointed: int = 0,
     ) -> None:
         self.key = key
         self.header = header
         self._log = log
+        self.changed_at = changed_at
         self.checkpointed = checkpointed
         self.updated_at = self.last_activity()  # the catalog's copy: where it stands in the order by updatedAt
 
@@ -88,7 +96,7 @@ class LiveSession:
     def view(self) -> Session:
         log = self._log
         head = head_of(log.state) if isinstance(log, SessionLog) else log.head()
-        return Session(self.key, self.header, head)
+        return Session(self.key, self.header, head, self.changed_at)
 
     def last_activity(self) -> int:
         """``updatedAt``: the later of ``createdAt`` and the time of the last event."""
@@ -159,8 +167,17 @@ class Catalog:
         """The live session, or None (also for one kept out of service)."""
         return self._live.get(key)
 
+    def count(self, tenant: str) -> int:
+        """How many sessions of ``tenant`` are live (kept by the tenant's index: no pass over its sessions)."""
+        ordered = self._by_tenant.get(tenant)
+        return len(ordered.sessions) if ordered is not None else 0
+
     def __iter__(self) -> Iterator[LiveSession]:
         return iter(list(self._live.values()))
+
+    def now(self) -> int:
+        """The clock's reading: when a change made now is acknowledged (a session's ``changed_at``)."""
+        return self._clock()
 
     def stamp(self, tenant: str) -> int:
         """A new session's ``createdAt`` in ``tenant``."""
@@ -235,10 +252,11 @@ class Catalog:
         return live
 
     def touch(self, live: LiveSession) -> None:
-        """``live``'s log grew: it moves in the order by ``updatedAt`` when that order is next read. Moving it on
-        every append cost a SortedList removal and insertion each (a few percent of an append); once a read, a
-        session that grew many times meanwhile moves once, and a page still costs O(log n + page) beyond the
-        moves."""
+        """``live``'s log grew, acknowledged now (its ``changed_at``): it moves in the order by ``updatedAt`` when
+        that order is next read. Moving it on every append cost a SortedList removal and insertion each (a few
+        percent of an append); once a read, a session that grew many times meanwhile moves once, and a page still
+        costs O(log n + page) beyond the moves."""
+        live.changed_at = self._clock()
         self._moved[live] = None
 
     def _settle_moves(self) -> None:

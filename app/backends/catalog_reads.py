@@ -2,24 +2,24 @@
 memory (the memory and file backends, and the files reader): written once, so that they answer alike.
 
 Also what a tenant holds there (spec 14's usage; spec 12's ``bytes``: each log as ``export`` writes it, header line
-and event lines), and the log a new session starts with.
+and event lines), its readiness, and the log a new session starts with.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
-from app.backends.base import Seed, SeedLog, Tip, Usage
+from app.backends.base import CorruptEntry, Readiness, Seed, SeedLog, Tip, Usage
 from app.backends.catalog import Catalog
 from app.backends.errors import StaleHead
-from app.backends.files.codec import encode_header
+from app.domain.dsh_records import header_bytes
 from app.domain.errors import SessionAlreadyExists
 from app.domain.listing import PageRequest
 from app.domain.log import SessionLog
 from app.domain.session import Session, SessionKey
 
-__all__ = ["CatalogReads", "starting_log"]
+__all__ = ["CatalogReads", "readiness_of", "starting_log"]
 
 CHUNK_BYTES = 4 * 1024 * 1024
 # Sessions are summed in pages of this many.
@@ -69,7 +69,7 @@ class CatalogReads:
         while True:
             page = self.catalog.page(tenant, request)
             for live in page:
-                size += len(encode_header(live.header)) + live.body_bytes()
+                size += header_bytes(live.header) + live.body_bytes()
             sessions += len(page)
             if len(page) < USAGE_PAGE:
                 return Usage(sessions, size)
@@ -78,6 +78,13 @@ class CatalogReads:
     def log_bytes(self, key: SessionKey, count: int) -> int:
         live = self.catalog.live(key)
         return live.log.offset(min(count, len(live.log))) if live is not None else 0
+
+
+def readiness_of(catalog: Catalog, corrupt: Sequence[CorruptEntry], tenant: str | None) -> Readiness:
+    """The live sessions and the corrupt ones of every tenant, or of ``tenant`` only."""
+    if tenant is None:
+        return Readiness(len(catalog), list(corrupt))
+    return Readiness(catalog.count(tenant), [entry for entry in corrupt if entry.tenant == tenant])
 
 
 def starting_log(catalog: Catalog, key: SessionKey, seed: Seed) -> SessionLog:

@@ -7,6 +7,7 @@ these in one place: :mod:`app.backends.files.disk_errors` and :mod:`app.backends
     │   ├── ChangeRefused        a change was refused and rolled back; nothing was stored
     │   └── OutcomeUnknown       the database was lost while a change committed: it may or may not be stored
     ├── SessionCorrupt           SESSION_CORRUPT: the session's stored log is damaged and kept out of service
+    ├── NothingToSalvage         a damaged session file cannot be read, or even its header is damaged (``export``)
     └── StartRefused             the store will not open (a message for the operator, at a start)
         ├── DataDirLocked        another process owns the data directory
         └── UnsafeDataDir        a folder of the data directory is a symlink or not a directory
@@ -32,6 +33,7 @@ __all__ = [
     "ChangeRefused",
     "DataDirLocked",
     "IdempotencyKeyTaken",
+    "NothingToSalvage",
     "OutcomeUnknown",
     "ReadFailed",
     "SessionCorrupt",
@@ -101,6 +103,11 @@ class SessionCorrupt(StorageError):
             f'session "{session_id}" has a damaged log and is kept out of service until an operator repairs it',
             reason=reason,
         )
+
+
+class NothingToSalvage(StorageError):
+    """``export --salvage`` finds nothing to write: the damaged session's file cannot be read, or even its header
+    is damaged; the message names the file and why."""
 
 
 class StartRefused(StorageError):

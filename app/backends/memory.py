@@ -11,12 +11,13 @@ from typing import Any
 
 from app.backends.base import ChangeListener, IdempotencyRecord, Readiness, Remember, Seed
 from app.backends.catalog import Catalog, LiveSession
-from app.backends.catalog_reads import CatalogReads, starting_log
+from app.backends.catalog_reads import CatalogReads, readiness_of, starting_log
 from app.backends.errors import IdempotencyKeyTaken
 from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
 from app.domain.errors import SessionAlreadyExists
-from app.domain.log import SessionLog, StagedEvents
+from app.domain.log import SessionLog
 from app.domain.session import Session, SessionHeader, SessionKey
+from app.domain.staging import StagedEvents
 
 __all__ = ["IdempotencyRecords", "MemoryBackend"]
 
@@ -62,8 +63,8 @@ class MemoryBackend(CatalogReads):
     async def close(self) -> None:
         return None
 
-    async def readiness(self) -> Readiness:
-        return Readiness(len(self.catalog))
+    async def readiness(self, tenant: str | None = None) -> Readiness:
+        return readiness_of(self.catalog, (), tenant)
 
     def listen(self, listener: ChangeListener) -> None:
         return None  # no other process shares this memory
@@ -74,7 +75,7 @@ class MemoryBackend(CatalogReads):
         self, key: SessionKey, instance: str, lineage: Mapping[str, Any], seed: Seed, remember: Remember | None = None
     ) -> Session:
         log = starting_log(self.catalog, key, seed)
-        live = LiveSession(key, self.catalog.new_header(key, instance, lineage), log)
+        live = LiveSession(key, self.catalog.new_header(key, instance, lineage), log, changed_at=self.catalog.now())
         records = [remember(live.view())] if remember is not None else []
         self.remembered.check_free(records)
         self.catalog.add(live)
@@ -94,7 +95,7 @@ class MemoryBackend(CatalogReads):
     async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
         if self.catalog.get(key) is not None:
             raise SessionAlreadyExists(key.id)
-        live = LiveSession(key, header, log)
+        live = LiveSession(key, header, log, changed_at=self.catalog.now())
         self.catalog.add(live)
         return live.view()
 

@@ -8,22 +8,55 @@ engine does not cover yet. So an engine may answer too many sessions, never too 
 Engines: SQLite's FTS5 (:mod:`app.backends.search_index`) beside the files or in memory, and PostgreSQL's own
 full-text search (:mod:`app.backends.postgres.search`), which every replica shares. A backend names its engine
 (:class:`ProvidesSearchEngine`); one that does not gets an FTS5 index in memory.
+
+Every engine stores a word as its tenant's tag followed by the word (:func:`tagged`), and matches a query's words
+tagged with the caller's tenant: the engine's own lookup (a prefix's range of terms, a word's list of rows) then
+never reaches another tenant's words, so no search does work in proportion to them (spec 9: how long a search takes
+tells nothing of another tenant).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+import hashlib
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from app.domain.session import Session, SessionKey
 
-__all__ = ["IndexDamaged", "IndexRow", "IndexedSession", "ProvidesSearchEngine", "SearchEngine", "SessionWalk"]
+__all__ = [
+    "TAG_CHARACTERS",
+    "IndexDamaged",
+    "IndexRow",
+    "IndexedSession",
+    "ProvidesSearchEngine",
+    "SearchEngine",
+    "SessionWalk",
+    "tag_of",
+    "tagged",
+]
 
 IndexedSession = tuple[str, int]  # the incarnation and how many of its events a row covers
 
 # Every live session of every tenant, in any order (how an engine that cannot tell by itself finds what it lacks).
 SessionWalk = Callable[[], AsyncIterator[Session]]
+
+# Hex digits of a tag: a fixed length, so that no tenant's tagged words begin with another tenant's tag; 64 bits, so
+# that two tenants share one only by a chance no one meets (and if they did: candidates, which the service confirms
+# on its own tenant's sessions, never an answer).
+TAG_CHARACTERS = 16
+
+
+def tag_of(tenant: str) -> str:
+    """The mark put before each of ``tenant``'s words in an index: letters and digits only (a word's own
+    characters), so that the tagged word stays one token of the engine's."""
+    return hashlib.sha256(tenant.encode()).hexdigest()[:TAG_CHARACTERS]
+
+
+def tagged(tenant: str, words: Iterable[str]) -> list[str]:
+    """``words`` as ``tenant``'s index stores and matches them."""
+    tag = tag_of(tenant)
+    return [tag + word for word in words]
 
 
 class IndexDamaged(Exception):

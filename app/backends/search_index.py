@@ -1,8 +1,12 @@
 """The search engine beside the files (or in memory): SQLite's FTS5 (the standard library's ``sqlite3``).
 
 One row per session holds the set of its searchable words (lower case, as :func:`app.domain.search.words` cuts
-them, so FTS5's ``unicode61`` tokenizer sees each as exactly one token; ``remove_diacritics 0``: diacritics do not
-fold) and, beside it, which incarnation and how many events it covers. A row only ever gains words (a renamed
+them, each after its tenant's tag: :func:`app.backends.search.tagged`, so FTS5's ``unicode61`` tokenizer sees each
+as exactly one token; ``remove_diacritics 0``: diacritics do not fold) and, beside it, which incarnation and how
+many events it covers. A query's terms carry the caller's tag too: FTS5 looks up only that tenant's terms (a prefix
+expands to the tenant's own words), never filtering another tenant's matches out after. The file's
+``user_version`` names its layout; a file of another layout (an older forklog's, whose words had no tag) is
+rebuilt at start, as a damaged one is: the index is derived data. A row only ever gains words (a renamed
 session keeps its old title's words until it is indexed anew): the index answers a superset of the matches, and the
 exact rule decides. Every call runs in one worker thread at a time; a damaged file is replaced. Only this process
 writes it, so :class:`SqliteSearchEngine` keeps what each row covers in memory too.
@@ -19,12 +23,21 @@ from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 from app.backends.errors import ChangeRefused
-from app.backends.search import IndexDamaged, IndexedSession, IndexRow, SessionWalk
+from app.backends.search import IndexDamaged, IndexedSession, IndexRow, SessionWalk, tagged
 from app.domain.session import SessionKey
 
-__all__ = ["SearchIndex", "SqliteSearchEngine"]
+__all__ = ["LAYOUT", "SearchIndex", "SqliteSearchEngine", "match_text"]
 
 logger = logging.getLogger("forklog.search")
+
+# The layout this code writes (``PRAGMA user_version``). 1: every word after its tenant's tag. 0 (no version): an
+# older forklog's words without a tag.
+LAYOUT = 1
+
+_DROP = """
+DROP TABLE IF EXISTS docs;
+DROP TABLE IF EXISTS indexed;
+"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS indexed (
@@ -49,6 +62,12 @@ def _refuse_if_disk(exc: sqlite3.DatabaseError) -> None:
     holds) is kept and the work is tried again later."""
     if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _SPACE_OR_DISK:
         raise ChangeRefused(f"the search index cannot be written: {exc}") from exc
+
+
+def match_text(tenant: str, words: tuple[str, ...]) -> str:
+    """The FTS5 query of ``tenant``'s search for ``words``: every word whole, the last as a prefix, each tagged."""
+    *whole, last = tagged(tenant, words)
+    return " AND ".join([f'"{word}"' for word in whole] + [f'"{last}"*'])
 
 
 class SearchIndex:
@@ -78,6 +97,10 @@ class SearchIndex:
         self._db = db
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = NORMAL")  # a crash may lose the last rounds: a start finds them stale
+        if db.execute("PRAGMA user_version").fetchone()[0] != LAYOUT:
+            # Another layout's words would never match this one's queries: its rows go, and a start indexes anew.
+            db.executescript(_DROP)
+            db.execute(f"PRAGMA user_version = {LAYOUT}")
         db.executescript(_SCHEMA)
         if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
             raise sqlite3.DatabaseError("quick_check failed")
@@ -126,7 +149,8 @@ class SearchIndex:
                             text = db.execute("SELECT words FROM docs WHERE rowid = ?", (found[0],)).fetchone()
                             kept = set(text[0].split()) if text is not None else set()
                         db.execute("DELETE FROM docs WHERE rowid = ?", (found[0],))
-                    doc = db.execute("INSERT INTO docs (words) VALUES (?)", (" ".join(sorted(kept | words)),))
+                    text_now = " ".join(sorted(kept.union(tagged(key.tenant, words))))
+                    doc = db.execute("INSERT INTO docs (words) VALUES (?)", (text_now,))
                     db.execute(
                         "INSERT OR REPLACE INTO indexed (tenant, id, instance, count, doc) VALUES (?, ?, ?, ?, ?)",
                         (key.tenant, key.id, instance, count, doc.lastrowid),
@@ -146,13 +170,12 @@ class SearchIndex:
         """The ids of ``tenant``'s indexed sessions whose words hold every one of ``words``, the last as a prefix
         (a superset of the matches: the exact rule decides)."""
         db = self._connection()
-        *whole, last = words
-        terms = [f'"{word}"' for word in whole] + [f'"{last}"*']
         try:
-            # "+tenant": the rows are found by their documents (a few), never by walking the tenant's (all of them).
+            # "+tenant": the rows are found by their documents (a few), never by walking the tenant's (all of them);
+            # kept though the tag confines the match: two tenants' tags may be equal (by a chance no one meets).
             rows = db.execute(
                 "SELECT id FROM indexed WHERE doc IN (SELECT rowid FROM docs WHERE docs MATCH ?) AND +tenant = ?",
-                (" AND ".join(terms), tenant),
+                (match_text(tenant, words), tenant),
             ).fetchall()
         except sqlite3.DatabaseError as exc:
             raise IndexDamaged(str(exc)) from exc

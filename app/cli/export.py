@@ -1,11 +1,8 @@
 """``python -m app export ID [--tenant T]`` (spec 10): a session's DSH log (its header line, then its event lines)
 to standard output.
 
-It writes every event the session holds, whatever the last one is (an open turn, a log-only event after its
-``turn/end``): the same lines ``GET /sessions/{id}/events`` serves. A data directory is only read (see
-:mod:`app.cli.stores`): nothing of it changes, it may be read-only, and it is refused while a service owns it.
-``--salvage`` (a data directory only) writes what a damaged session holds before its damage, for the README's
-repair walk.
+What it writes, and that the store is only read, is :mod:`app.service.transfer.export`'s. ``--salvage`` (a data
+directory only) writes what a damaged session holds before its damage, for the README's repair walk.
 """
 
 from __future__ import annotations
@@ -14,17 +11,14 @@ import argparse
 import asyncio
 import logging
 import sys
-from typing import BinaryIO
 
-from app.backends.errors import SessionCorrupt, StorageError
-from app.backends.files.codec import encode_header
-from app.backends.files.reader import FileReader
-from app.backends.files.recovery import CorruptLog
+from app.backends.errors import StorageError
 from app.cli.store_flags import add_store_flags, store_settings
-from app.cli.stores import ReadableStore, on_open_store, store_of_settings
 from app.domain.errors import InvalidId
 from app.domain.ids import check_id
 from app.domain.session import DEFAULT_TENANT, SessionKey
+from app.service.errors import TransferFailed
+from app.service.transfer.export import export_session
 
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
 
@@ -54,53 +48,11 @@ def run(arguments: argparse.Namespace) -> int:
     settings = store_settings(arguments)
     logging.getLogger("forklog.storage").disabled = True  # a damaged session is said once, below
     try:
-        store = store_of_settings(settings)
-    except StorageError as exc:
+        salvaged = asyncio.run(export_session(settings.store, key, sys.stdout.buffer, salvage=arguments.salvage))
+    except (TransferFailed, StorageError) as exc:
         print(f"forklog export: {exc}", file=sys.stderr)
         return 1
-    return asyncio.run(_export(store, key, sys.stdout.buffer, salvage=arguments.salvage))
-
-
-async def _export(store: ReadableStore, key: SessionKey, out: BinaryIO, *, salvage: bool) -> int:
-    return await on_open_store("export", store, lambda: _write(store, key, out, salvage=salvage))
-
-
-async def _write(store: ReadableStore, key: SessionKey, out: BinaryIO, *, salvage: bool) -> int:
-    try:
-        session = await store.find(key)
-    except SessionCorrupt as damaged:
-        if salvage and isinstance(store, FileReader):
-            return _salvage(store, key, out)
-        print(
-            f"forklog export: session {key.id!r} is damaged ({damaged.facts.get('reason')}); --salvage writes what "
-            "it holds before the damage",
-            file=sys.stderr,
-        )
-        return 1
-    if session is None:
-        print(f"forklog export: there is no session {key.id!r} (tenant {key.tenant!r})", file=sys.stderr)
-        return 1
-    out.write(encode_header(session.header))
-    # Every event, the last one whatever it is (not a snapshot's seed, which must end at a turn/end).
-    async for piece in store.chunks(key, session.header.instance, session.head.count):
-        out.write(piece)
-    out.flush()
-    return 0
-
-
-def _salvage(store: FileReader, key: SessionKey, out: BinaryIO) -> int:
-    path = store.log_path(key)
-    try:
-        header, log, reason = store.salvage(key)
-    except CorruptLog as exc:
-        print(f"forklog export: nothing to salvage from {path}: {exc.reason}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"forklog export: cannot read {path}: {exc.strerror}", file=sys.stderr)
-        return 1
-    out.write(encode_header(header))
-    out.write(log.lines())
-    out.flush()
-    left = f"; the rest was left out: {reason}" if reason else ""
-    print(f"forklog export: salvaged {len(log)} events of {key.id!r}{left}", file=sys.stderr)
+    if salvaged is not None:
+        left = f"; the rest was left out: {salvaged.left_out}" if salvaged.left_out else ""
+        print(f"forklog export: salvaged {salvaged.events} events of {key.id!r}{left}", file=sys.stderr)
     return 0

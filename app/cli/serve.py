@@ -19,6 +19,7 @@ from app.api.settings import Settings
 from app.api.store import open_backend
 from app.backends.base import OpensInBackground
 from app.backends.errors import StorageError
+from app.backends.open import start_refusal
 from app.cli.settings_flags import add_setting_flags, given_settings
 
 __all__ = ["add_arguments", "load_settings", "run"]
@@ -41,13 +42,10 @@ def load_settings(arguments: argparse.Namespace) -> Settings:
 def run(arguments: argparse.Namespace) -> int:
     settings = load_settings(arguments)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    if settings.database_url is not None:
-        from app.backends.postgres import refusal_of  # (the driver, imported only for a database)
-
-        # A reachable database with a newer schema stops the start here; an unreachable one is waited for.
-        refusal = refusal_of(settings.database_url.get_secret_value())
-        if refusal is not None:
-            sys.exit(f"forklog: {refusal}")
+    # A reachable database with a newer schema stops the start here; an unreachable one is waited for.
+    refusal = start_refusal(settings.store)
+    if refusal is not None:
+        sys.exit(f"forklog: {refusal}")
     try:
         # What the service refuses before its store is touched (create_app checks them again).
         check_exposure(settings)

@@ -1,5 +1,5 @@
 """The flags that name a store (``--data-dir``, and ``--database-url`` where the settings have it), for the
-commands that open one themselves: verify, export, import."""
+commands that work on the store the settings name: verify, export, import."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""``python -m app verify [--data-dir D]`` (spec 10): check every session file as a start would, changing nothing.
+"""``python -m app verify [--data-dir D]`` (spec 10): check every session file as a start would, changing nothing
+(:mod:`app.service.transfer.verify`).
 
-It takes no lock and writes nothing (no torn tail is cut, no leftover removed, no checkpoint written), so it may
-run beside a running service. It prints one line per damaged file (``path: reason``, the reason ``/readyz`` gives)
-and a summary, ``N sessions, M events, B bytes, K damaged``; it exits 1 when anything is damaged, 2 when it cannot
-verify at all (no such data directory, or one that holds no forklog store). On a terminal a progress bar goes to
-standard error.
+It prints one line per damaged file (``path: reason``, the reason ``/readyz`` gives) and a summary, ``N sessions,
+M events, B bytes, K damaged``; it exits 1 when anything is damaged, 2 when it cannot verify at all (no such data
+directory, or one that holds no forklog store). On a terminal a progress bar goes to standard error.
 """
 
 from __future__ import annotations
@@ -16,9 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from app.backends.errors import StorageError
-from app.backends.files.reader import FileReader
 from app.cli.store_flags import add_store_flags, store_settings
-from app.domain.clock import wall_clock_ms
+from app.service.transfer.verify import verify_data_dir
 
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
 
@@ -42,22 +40,20 @@ def run(arguments: argparse.Namespace) -> int:
     # The damage is the output; the storage log would say it a second time on standard error.
     logging.getLogger("forklog.storage").disabled = True
     try:
-        reader = FileReader(settings.data_dir, clock=wall_clock_ms, checkpoints=not arguments.full)
-        with _progress(reader.count_files() if sys.stdout.isatty() else 0) as advance:
-            report = reader.verify(advance)
+        progress = _progress if sys.stdout.isatty() else None
+        report = verify_data_dir(settings.data_dir, every_event=arguments.full, progress=progress)
     except StorageError as exc:
         print(f"forklog verify: {exc}", file=sys.stderr)
         return 2
-    for entry in report.corrupt:
+    for entry in report.damaged:
         print(f"{entry.path}: {entry.reason}")
-    sessions = report.files - len(report.corrupt)
-    print(f"{sessions} sessions, {report.events} events, {report.bytes} bytes, {len(report.corrupt)} damaged")
-    return 1 if report.corrupt else 0
+    print(f"{report.sessions} sessions, {report.events} events, {report.bytes} bytes, {len(report.damaged)} damaged")
+    return 1 if report.damaged else 0
 
 
 @contextmanager
 def _progress(files: int) -> Iterator[Callable[[int], None] | None]:
-    """A progress bar of ``files`` files on standard error, or none (``files`` is 0 when output is no terminal)."""
+    """A progress bar of ``files`` files on standard error, or none when there are none."""
     if not files:
         yield None
         return

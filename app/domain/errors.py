@@ -31,6 +31,7 @@ __all__ = [
     "SessionAlreadyExists",
     "SessionError",
     "SessionForkError",
+    "session_not_found",
 ]
 
 
@@ -96,6 +97,11 @@ class SessionError(DomainError):
 class SessionForkError(SessionError):
     """The RFC's fork-helper error: a snapshot or fork refused, with the RFC's codes (NOT_AT_TURN_BOUNDARY,
     SESSION_NOT_FOUND, SESSION_NOT_LIVE) and forklog's INVALID_BOUNDARY and SEQ_CONFLICT."""
+
+
+def session_not_found(session_id: str, error: type[SessionError] = SessionError) -> SessionError:
+    """SESSION_NOT_FOUND, as ``error`` (a fork's refusals are :class:`SessionForkError`, the RFC's class)."""
+    return error(ErrorCode.SESSION_NOT_FOUND, f'session "{session_id}" not found')
 
 
 class SessionAlreadyExists(SessionError):

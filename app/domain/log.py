@@ -26,21 +26,13 @@ import orjson
 from app.domain.errors import ErrorCode, EventRejected, SessionError
 from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.log_state import LogState
-
-# Staging moved to app.domain.staging; these names stay importable from here for the modules that still do.
-from app.domain.staging import Checkpoint, StagedEvents, checkpoint, join_staged, replace_targets, stage
+from app.domain.staging import Checkpoint, StagedEvents, stage
 from app.domain.summary import TITLE_TYPE, title_of
 
 __all__ = [
     "SEAL_BYTES",
-    "Checkpoint",
     "SessionLog",
-    "StagedEvents",
-    "checkpoint",
-    "join_staged",
-    "replace_targets",
     "seed_log",
-    "stage",
 ]
 
 # The growing part of a log is sealed (made shareable) once it holds this many bytes, or SEAL_EVENTS events.

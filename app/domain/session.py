@@ -200,11 +200,17 @@ def _head_of(state: LogState) -> LogHead:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class Session:
-    """A live session at one instant: the Session resource of spec 3."""
+    """A live session at one instant: the Session resource of spec 3.
+
+    ``changed_at`` is when the server acknowledged the session's last change (its create, fork or latest append),
+    epoch ms by the server's own clock: what retention counts from (spec 14). It is never an event's ``time``, which
+    a seed may set to any value (and appends after it follow); it is not part of the resource.
+    """
 
     key: SessionKey
     header: SessionHeader
     head: LogHead
+    changed_at: int
 
     @property
     def id(self) -> str:

@@ -17,10 +17,10 @@ from typing import Any, Generic, TypeVar
 from app.backends.base import Backend, IdempotencyRecord, Tip
 from app.backends.errors import IdempotencyKeyTaken, StaleHead
 from app.backends.running_loop import RunningLoop
-from app.domain.errors import ErrorCode, EventRejected, SessionError
+from app.domain.errors import ErrorCode, EventRejected, SessionError, session_not_found
 from app.domain.fast_init import fast_init
-from app.domain.log import StagedEvents, join_staged, replace_targets, stage
 from app.domain.session import Session, SessionKey, check_live, head_of
+from app.domain.staging import StagedEvents, join_staged, replace_targets, stage
 from app.service.changes import ChangeFeed
 from app.service.errors import invalid_event
 from app.service.locks import KeyedLocks
@@ -218,7 +218,7 @@ class BatchWriter:
         for _ in range(STALE_RETRIES):
             tip = await self._backend.tip(key, wanted, refresh=refresh)
             if tip is None:
-                missing = SessionError(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found')
+                missing = session_not_found(key.id)
                 for waiting in batch:
                     waiting.fail(missing)
                 return
@@ -234,8 +234,9 @@ class BatchWriter:
                 waiting.fail(refusal)
             if combined is None:
                 return
+            changed_at = self._clock()  # (the backend stamps what it stores with its own reading of the clock)
             answers = [
-                (waiting, Appended(staged.events, staged.lines, _after(tip.session, staged)))
+                (waiting, Appended(staged.events, staged.lines, _after(tip.session, staged, changed_at)))
                 for waiting, staged in accepted
             ]
             records = [waiting.record(answer) for waiting, answer in answers if waiting.record is not None]
@@ -329,5 +330,5 @@ class BatchWriter:
         return accepted, refused, combined
 
 
-def _after(session: Session, staged: StagedEvents) -> Session:
-    return Session(session.key, session.header, head_of(staged.state))
+def _after(session: Session, staged: StagedEvents, changed_at: int) -> Session:
+    return Session(session.key, session.header, head_of(staged.state), changed_at)

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+from app.backends.background import Periodic
 from app.domain.session import SessionKey
 
 __all__ = ["ChangeFeed", "Ticket"]
@@ -43,7 +44,7 @@ class ChangeFeed:
     def __init__(self) -> None:
         self._rounds: dict[SessionKey, asyncio.Event] = {}
         self._closed = False
-        self._rechecks: asyncio.Task[None] | None = None
+        self._rechecks: Periodic | None = None
         # Told of every change as it is reported (the search index marks the session to index it again).
         self.watchers: list[Callable[[SessionKey], None]] = []
 
@@ -81,12 +82,11 @@ class ChangeFeed:
     def start_rechecks(self, every: float) -> None:
         """Wake everyone every ``every`` seconds, until the feed closes."""
         if self._rechecks is None and not self._closed:
-            self._rechecks = asyncio.create_task(self._recheck_forever(every))
+            self._rechecks = Periodic("forklog-tail-rechecks", every, self._recheck)
+            self._rechecks.start()
 
-    async def _recheck_forever(self, every: float) -> None:
-        while True:
-            await asyncio.sleep(every)
-            self.wake_everyone()
+    async def _recheck(self) -> None:
+        self.wake_everyone()
 
     def stop_rechecks(self) -> None:
         if self._rechecks is not None:

@@ -2,13 +2,23 @@
 
 ServiceError         (a ForklogError) the service cannot take the request now
 └── NotReady         the store is still recovering (or connecting): every session route answers NOT_READY
+
+TransferFailed       (not a ForklogError: never an answer) an import, export or copy cannot go on (a command's
+                     message, :mod:`app.service.transfer`)
 """
 
 from __future__ import annotations
 
 from app.domain.errors import ErrorCode, EventRejected, ForklogError, SessionError
 
-__all__ = ["IdempotencyKeyInProgress", "IdempotencyKeyReused", "NotReady", "ServiceError", "invalid_event"]
+__all__ = [
+    "IdempotencyKeyInProgress",
+    "IdempotencyKeyReused",
+    "NotReady",
+    "ServiceError",
+    "TransferFailed",
+    "invalid_event",
+]
 
 
 class ServiceError(ForklogError):
@@ -40,6 +50,11 @@ class IdempotencyKeyReused(ServiceError):
 
     def __init__(self) -> None:
         super().__init__("this Idempotency-Key came with another method, path or body; use a new key for a new request")
+
+
+class TransferFailed(Exception):
+    """An import, export or copy cannot go on; the message says why (and, for a copy, whether anything was
+    written). A command prints it: no HTTP request ever meets it."""
 
 
 def invalid_event(rejected: EventRejected) -> SessionError:

@@ -12,7 +12,8 @@ import orjson
 from app.backends.base import Backend, CountsLocally, SeedPrefix
 from app.backends.errors import StaleHead
 from app.domain.boundary import fork_lineage
-from app.domain.errors import ErrorCode, EventRejected, SessionAlreadyExists, SessionForkError
+from app.domain.dsh_records import header_bytes
+from app.domain.errors import EventRejected, SessionAlreadyExists, SessionForkError, session_not_found
 from app.domain.ids import check_id
 from app.domain.session import Session, SessionHeader, SessionKey, check_live, lineage_attrs
 from app.service.boundaries import message_turn_end, seed_length_at, turn_end_of
@@ -21,7 +22,7 @@ from app.service.errors import invalid_event
 from app.service.idempotency import IdempotentChange
 from app.service.locks import KeyedLocks
 from app.service.observer import SessionObserver
-from app.service.quotas import QuotaLedger, header_bytes
+from app.service.quotas import QuotaLedger
 from app.service.reads import find_live
 
 __all__ = ["Forks", "Snapshot"]
@@ -78,7 +79,7 @@ class Forks:
         try:
             seed = self._backend.chunks(key, source.header.instance, count)
         except StaleHead:
-            raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found') from None
+            raise session_not_found(key.id, SessionForkError) from None
         return Snapshot(source, seed, fork_lineage(source, count))
 
     async def fork(
@@ -154,7 +155,7 @@ class Forks:
                 child.tenant, 1, size, make, lambda made: header_bytes(made.header) + made.head.body_bytes
             )
         except StaleHead:
-            raise SessionForkError(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found') from None
+            raise session_not_found(key.id, SessionForkError) from None
         except EventRejected as rejected:
             raise invalid_event(rejected) from None
 

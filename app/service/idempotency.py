@@ -14,13 +14,12 @@ wire format) is given to the service when it is built.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from app.backends.background import Periodic
 from app.backends.base import Backend, IdempotencyRecord
 from app.backends.errors import IdempotencyKeyTaken, StorageError
 from app.domain.fast_init import fast_init
@@ -148,7 +147,7 @@ class IdempotencyGate:
         self._answers = answers
         self._keep_ms = keep_ms
         self._running: set[tuple[str, str]] = set()
-        self._sweeper: asyncio.Task[None] | None = None
+        self._sweeper = Periodic("forklog-idempotency-sweep", SWEEP_SECONDS, self._sweep_once, at_start=True)
 
     async def run(self, request: IdempotentRequest | None, operation: Operation) -> tuple[Answer, bool]:
         """The answer of ``operation``, run once (with a key, the answer kept with it), or the kept answer of an earlier
@@ -183,26 +182,19 @@ class IdempotencyGate:
 
     def start_sweeping(self) -> None:
         """Forget records older than the keeping time, now and then every hour."""
-        if self._sweeper is None:
-            self._sweeper = asyncio.create_task(self._sweep_forever())
+        self._sweeper.start()
 
     async def stop_sweeping(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+        await self._sweeper.stop()
 
     async def sweep(self) -> None:
         await self._backend.forget(self._now() - self._keep_ms)
 
-    async def _sweep_forever(self) -> None:
-        while True:
-            try:
-                await self.sweep()
-            except StorageError as exc:  # the next round tries again
-                logger.warning("could not sweep expired idempotency keys: %s", exc.detail)
-            await asyncio.sleep(SWEEP_SECONDS)
+    async def _sweep_once(self) -> None:
+        try:
+            await self.sweep()
+        except StorageError as exc:  # the next round tries again
+            logger.warning("could not sweep expired idempotency keys: %s", exc.detail)
 
 
 def _replay(kept: IdempotencyRecord, request: IdempotentRequest) -> Answer:

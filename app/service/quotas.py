@@ -20,19 +20,12 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from app.backends.base import CountsLocally, LimitsOf
-from app.backends.files.codec import encode_header
 from app.domain.errors import SessionError
 from app.domain.limits import quota_refusal
-from app.domain.session import SessionHeader
 
-__all__ = ["QuotaLedger", "Reservation", "header_bytes"]
+__all__ = ["QuotaLedger", "Reservation"]
 
 T = TypeVar("T")
-
-
-def header_bytes(header: SessionHeader) -> int:
-    """The bytes of a session's header line as ``export`` writes it (part of its ``bytes``)."""
-    return len(encode_header(header))
 
 
 @dataclass(slots=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from app.backends.base import Backend
 from app.backends.errors import SessionCorrupt
-from app.domain.errors import ErrorCode, InvalidValue, SessionError
+from app.domain.errors import ErrorCode, InvalidValue, SessionError, session_not_found
 from app.domain.listing import ListQuery, OrderKey, PageRequest
 from app.domain.search import Match
 from app.domain.session import Session, SessionKey
@@ -60,7 +60,7 @@ async def find_live(backend: Backend, key: SessionKey, error: type[SessionError]
     """The live session, or SESSION_NOT_FOUND as an ``error``."""
     session = await backend.find(key)
     if session is None:
-        raise error(ErrorCode.SESSION_NOT_FOUND, f'session "{key.id}" not found')
+        raise session_not_found(key.id, error)
     return session
 
 

@@ -1,11 +1,13 @@
 """Retention (spec 14): a session idle for longer than its tenant's ``retention`` is deleted, by the service itself.
 
-A session's ``updatedAt`` is the later of its ``createdAt`` and its last event's ``time``; once it is older than the
-retention the session has *expired*. The sweeper looks at the sessions of every tenant with a retention every
-second or few (a tenth of the shortest retention, from 1 to 5 s), and deletes each expired one as ``DELETE`` would
-(under the session's lock, after looking again: an append that came meanwhile keeps it; its streams get ``event:
-deleted``, sessions forked from it keep their logs). Until it is deleted an expired session is left out of lists
-and lineage (:func:`visible_page`).
+A session's age counts from its last change as the server acknowledged it (:attr:`Session.changed_at
+<app.domain.session.Session.changed_at>`: its create, fork or latest append, by the server's clock), never from
+its events' ``time`` nor from ``updatedAt`` (a seed may time its events in 2100, and the appends after it follow);
+once that is older than the retention the session has *expired*. The sweeper looks at the sessions of every tenant
+with a retention every second or few (a tenth of the shortest retention, from 1 to 5 s), and deletes each expired
+one as ``DELETE`` would (under the session's lock, after looking again: an append that came meanwhile keeps it; its
+streams get ``event: deleted``, sessions forked from it keep their logs). Until it is deleted an expired session is
+left out of lists and lineage (:func:`visible_page`).
 
 On a store several processes share, each sweep first asks the store for the sweepers' lease
 (:class:`~app.backends.base.SweepsOnce`): one replica sweeps at a time, so a session expires once, not once per
@@ -37,7 +39,7 @@ PAGE = 1000
 
 
 def is_expired(session: Session, cutoff: int | None) -> bool:
-    return cutoff is not None and session.updated_at < cutoff
+    return cutoff is not None and session.changed_at < cutoff
 
 
 async def visible_page(backend: Backend, tenant: str, request: PageRequest, cutoff: int | None) -> list[Session]:
@@ -71,7 +73,7 @@ class Retention:
         self.expired_total = 0
 
     def cutoff(self, tenant: str) -> int | None:
-        """Sessions of ``tenant`` last updated before this (epoch ms) have expired; None if it keeps them all."""
+        """Sessions of ``tenant`` last changed before this (epoch ms) have expired; None if it keeps them all."""
         limits = self._tenant_limits().get(tenant)
         if limits is None or limits.retention_ms is None:
             return None

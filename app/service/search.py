@@ -58,13 +58,22 @@ class Searcher(BackgroundLoop):
         self._dirty: set[SessionKey] = set()
         self._pending: set[SessionKey] = set()
         self._ready = False  # the index has been compared with the store: what it holds can be trusted
+        self._stopped = False  # the owner stopped the indexer: nothing may start it again
         self._wake = asyncio.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
     task_name = "forklog-search-index"
 
+    def start(self) -> None:
+        self._stopped = False
+        super().start()
+
     async def stop(self) -> None:
+        """Stop the indexer and close the index for good: a search still running reads the sessions themselves, and
+        one that meets the closed index starts no indexer that would outlive the app."""
+        self._stopped = True
+        self._ready = False
         await super().stop()
         await self._index.close()
 
@@ -180,11 +189,14 @@ class Searcher(BackgroundLoop):
         try:
             found = await self._index.candidates(tenant, wanted.words)
         except IndexDamaged as exc:
-            logger.warning("the search index failed (%s); it is rebuilt", exc)
             self._ready = False
+            if self._stopped:  # closed by the owner's stop while this search ran, not damaged
+                return None
+            logger.warning("the search index failed (%s); it is rebuilt", exc)
             await super().stop()  # the loop ends before its index is reset (not closed: it is used again)
             await self._index.reset()
-            self.start()
+            if not self._stopped:  # the owner may have stopped it meanwhile
+                self.start()
             return None
         return found | unsure_before | self._unsure(tenant)
 

@@ -21,6 +21,7 @@ from typing import Any
 from app.backends.base import Backend, CountsLocally, EnforcesQuotas, LimitsOf, Readiness, SeedLog
 from app.backends.errors import SessionCorrupt, StorageUnavailable
 from app.domain.clock import wall_clock_ms
+from app.domain.dsh_records import header_bytes
 from app.domain.errors import SessionAlreadyExists
 from app.domain.ids import check_id, new_instance, new_session_id
 from app.domain.limits import NO_LIMITS, TenantLimits
@@ -41,9 +42,9 @@ from app.service.idempotency import (
 )
 from app.service.locks import KeyedLocks
 from app.service.observer import NO_SESSION_OBSERVER, SessionObserver
-from app.service.quotas import QuotaLedger, header_bytes
+from app.service.quotas import QuotaLedger
 from app.service.reads import Deleted, Lineage, SessionReads, TailEvents, find_live
-from app.service.retention import Retention
+from app.service.retention import Retention, is_expired
 from app.service.search import Searcher
 
 __all__ = [
@@ -54,7 +55,6 @@ __all__ = [
     "SessionService",
     "Snapshot",
     "TailEvents",
-    "wall_clock_ms",
 ]
 
 logger = logging.getLogger("forklog.service")
@@ -135,15 +135,6 @@ class SessionService:
             changes=self.changes,
             observer=observer,
         )
-        # The reads, the snapshot and the fork are those services' own methods, handed out here as well.
-        self.get = self.reads.get
-        self.page = self.reads.page
-        self.read = self.reads.read
-        self.history = self.reads.history
-        self.tail = self.reads.tail
-        self.lineage = self.reads.lineage
-        self.snapshot = self.forks.snapshot
-        self.fork = self.forks.fork
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
@@ -195,10 +186,11 @@ class SessionService:
             self.observer.replayed(request.tenant)
         return answer, replayed
 
-    async def readiness(self) -> Readiness:
+    async def readiness(self, tenant: str | None = None) -> Readiness:
+        """The live and the corrupt sessions of every tenant, or of ``tenant`` only."""
         self._require_ready()
         try:
-            return await self.backend.readiness()
+            return await self.backend.readiness(tenant)
         except StorageUnavailable:  # a database that went away: not ready until it is back
             raise NotReady("the store cannot be reached; retry in a moment") from None
 
@@ -299,7 +291,7 @@ class SessionService:
                 session = await self.backend.find(key)
             except SessionCorrupt:
                 return False
-            if session is None or session.updated_at >= cutoff:
+            if session is None or not is_expired(session, cutoff):
                 return False  # gone already, or appended to meanwhile
             await self._delete(session)
             return True

@@ -224,7 +224,9 @@ def test_readyz_details_are_for_an_admin_key(keyed: Callable[[], TestClient], ke
     client = keyed()
     fill(client, keys)
     assert client.get("/readyz", headers=keys.auth("admin")).json() == {"status": "ready", "sessions": 1, "corrupt": []}
-    for caller in ("none", "unknown", "readwrite", "other"):
+    assert client.get("/readyz", headers=keys.auth("read")).json() == {"status": "ready", "sessions": 1, "corrupt": 0}
+    assert client.get("/readyz", headers=keys.auth("other")).json() == {"status": "ready", "sessions": 0, "corrupt": 0}
+    for caller in ("none", "unknown"):
         assert client.get("/readyz", headers=keys.auth(caller)).json() == {"status": "ready"}, caller
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -178,3 +179,57 @@ def test_a_kept_key_survives_a_restart_and_still_replays(make_client: ClientFact
     first_client.__exit__(None, None, None)  # a clean shutdown; tests/e2e covers kill -9
     again = post(make_client(), "/sessions/s/events", body)
     assert_replayed(first, again)
+
+
+def restarted(running: TestClient, make_client: ClientFactory) -> TestClient:
+    """A new app on the same store, once ``running`` shut down cleanly."""
+    running.__exit__(None, None, None)
+    return make_client()
+
+
+def test_a_create_deleted_since_replays_after_a_restart_and_is_not_made_again(make_client: ClientFactory) -> None:
+    client = make_client()
+    body = {"id": "idem1", "seed": turn(1)}
+    first = post(client, "/sessions", body)
+    assert first.status_code == 201
+    assert client.delete("/sessions/idem1").status_code == 204
+    client = restarted(client, make_client)
+    assert_replayed(first, post(client, "/sessions", body))
+    assert client.get("/sessions/idem1").status_code == 404, "the retry made the session again"
+
+
+def test_a_fork_into_an_id_deleted_since_replays_after_a_restart(make_client: ClientFactory) -> None:
+    client = make_client()
+    create(client, id="src", seed=turn(1))
+    first = post(client, "/sessions/src/fork", {"sessionId": "child"})
+    assert first.status_code == 201
+    assert client.delete("/sessions/child").status_code == 204
+    client = restarted(client, make_client)
+    assert_replayed(first, post(client, "/sessions/src/fork", {"sessionId": "child"}))
+    assert client.get("/sessions/child").status_code == 404, "the retry forked again"
+
+
+def test_an_append_to_a_session_deleted_since_replays_its_answer_after_a_restart(make_client: ClientFactory) -> None:
+    client = make_client()
+    create(client, id="s")
+    body = {"events": turn(1)}
+    first = post(client, "/sessions/s/events", body)
+    assert first.status_code == 201
+    assert client.delete("/sessions/s").status_code == 204
+    create(client, id="s")  # a new incarnation under the same id: the retry must not append to it either
+    client = restarted(client, make_client)
+    assert_replayed(first, post(client, "/sessions/s/events", body))
+    assert events_of(client, "s") == []
+
+
+def test_a_create_expired_since_replays_after_a_restart_and_is_not_made_again(make_client: ClientFactory) -> None:
+    from tests.api.test_retention import wait_gone
+
+    client = make_client(retention="PT2S")
+    body = {"id": "idem1", "seed": turn(1)}
+    first = post(client, "/sessions", body)
+    assert first.status_code == 201
+    wait_gone(client, "idem1", time.monotonic())
+    client = restarted(client, make_client)
+    assert_replayed(first, post(client, "/sessions", body))
+    assert client.get("/sessions/idem1").status_code == 404, "the retry made the session again"

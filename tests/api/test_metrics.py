@@ -165,7 +165,7 @@ def test_a_bug_is_counted_as_an_internal_problem(tmp_path: Path) -> None:
 
     with TestClient(app, base_url=LOCAL, raise_server_exceptions=False) as client:
         wait_ready(client)
-        app.state.service.get = broken
+        app.state.service.reads.get = broken
         answer = client.get("/sessions/x")
         assert_problem(answer, 500, "INTERNAL")
         assert answer.headers["x-request-id"] == answer.json()["requestId"]
@@ -174,3 +174,28 @@ def test_a_bug_is_counted_as_an_internal_problem(tmp_path: Path) -> None:
     assert value(samples, "forklog_problems_total", code="INTERNAL") == 1
     bug = {"http_request_method": "GET", "http_route": "/sessions/{id}", "http_response_status_code": "500"}
     assert value(samples, "http_server_request_duration_seconds_count", **bug) == 1
+
+
+@pytest.mark.files_only
+def test_requests_without_a_tenant_are_labelled_with_a_tenant_no_one_can_be_named(
+    make_client: ClientFactory, tmp_path: Path
+) -> None:
+    callers = {"ops": ("acme", (Scope.ADMIN, Scope.READ, Scope.WRITE)), "dflt": ("default", (Scope.READ,))}
+    keys = write_keys(tmp_path / "keys.jsonl", callers)
+    client = make_client(keys_file=keys.path, metrics_tenant_label=True)  # (it waited on a keyless /readyz)
+    assert_problem(client.get("/sessions"), 401, "UNAUTHENTICATED")
+    assert client.get("/readyz").status_code == 200
+    assert client.get("/sessions", headers=keys.auth("dflt")).status_code == 200  # a tenant named "default"
+
+    samples = scrape(client, keys.auth("ops"))
+
+    duration = "http_server_request_duration_seconds_count"
+    refused = {"http_request_method": "GET", "http_route": "/sessions", "http_response_status_code": "401"}
+    assert value(samples, duration, **refused, tenant="-") == 1
+    assert value(samples, "forklog_problems_total", code="UNAUTHENTICATED", tenant="-") == 1
+    ready = {"http_request_method": "GET", "http_route": "/readyz", "http_response_status_code": "200"}
+    assert value(samples, duration, **ready, tenant="-") >= 1
+    listed = {"http_request_method": "GET", "http_route": "/sessions", "http_response_status_code": "200"}
+    assert value(samples, duration, **listed, tenant="default") == 1
+    as_default = [dict(labels) for _, labels in samples if ("tenant", "default") in labels]
+    assert {labels.get("http_route") for labels in as_default} == {"/sessions"}  # the real tenant's request only

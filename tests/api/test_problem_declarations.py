@@ -145,7 +145,7 @@ class Failing(MemoryBackend):
     async def page(self, *args: Any, **kwargs: Any) -> Any:
         raise self.error()
 
-    async def readiness(self) -> Any:
+    async def readiness(self, *args: Any, **kwargs: Any) -> Any:
         raise self.error()
 
     async def tip(self, *args: Any, **kwargs: Any) -> Any:

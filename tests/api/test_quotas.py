@@ -12,8 +12,8 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from app.backends.files.codec import encode_header
 from app.domain.access import ApiKey, Scope, digest_of, key_line, new_secret
+from app.domain.dsh_records import encode_header
 from app.domain.jsonvalue import dumps
 from app.domain.session import HEADER_FIELDS, SessionHeader
 from tests.api.builders import note, turn

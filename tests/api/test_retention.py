@@ -11,12 +11,14 @@ import orjson
 from starlette.testclient import TestClient
 
 from app.domain.access import ApiKey, Scope, digest_of, key_line, new_secret
-from tests.api.builders import note, turn
+from tests.api.builders import as_seed, note, turn
 from tests.api.conftest import AppFactory, ClientFactory
 from tests.api.helpers import events_of, serve
 
 RETENTION_S = 2.0
 WITHIN_S = 10.0
+# 2100-01-01 in epoch ms: a seed's events may carry any time (spec 1.4), and appends after them follow it.
+YEAR_2100_MS = 4_102_444_800_000
 
 
 def wait_gone(client: TestClient, session_id: str, since: float, headers: dict[str, str] | None = None) -> float:
@@ -114,3 +116,45 @@ def test_a_tenant_lines_retention_applies_to_that_tenant_only(make_client: Clien
     wait_gone(client, "s", time.monotonic(), acme)
 
     assert client.get("/sessions/s", headers=beta).status_code == 200
+
+
+def test_a_session_seeded_in_the_future_expires_by_the_servers_clock_and_so_does_its_fork(
+    make_client: ClientFactory,
+) -> None:
+    client = make_client(retention="PT2S")
+    future = as_seed(turn(1), first_time=YEAR_2100_MS)
+    for session_id in ("seeded", "busy"):
+        assert client.post("/sessions", json={"id": session_id, "seed": future}).status_code == 201
+    assert client.post("/sessions/seeded/fork", json={"sessionId": "seeded-child"}).status_code == 201
+    since = time.monotonic()
+    appended = 0
+
+    while {client.get(f"/sessions/{gone}").status_code for gone in ("seeded", "seeded-child")} != {404}:
+        assert time.monotonic() - since < RETENTION_S + WITHIN_S, "a session seeded in 2100 was not deleted in time"
+        assert client.post("/sessions/busy/events", json={"events": [note("still here")]}).status_code == 201
+        appended += 1
+        time.sleep(0.25)
+
+    assert time.monotonic() - since >= RETENTION_S - 0.1  # not before it expired
+    busy = client.get("/sessions/busy").json()
+    assert busy["eventCount"] == len(future) + appended
+    assert busy["updatedAt"] >= YEAR_2100_MS  # the sidebar's order still follows the events' times (spec 12)
+    assert [item["id"] for item in client.get("/sessions").json()["items"]] == ["busy"]
+
+
+def test_the_servers_clock_of_a_last_change_survives_a_restart(make_client: ClientFactory) -> None:
+    future = as_seed(turn(1), first_time=YEAR_2100_MS)
+    before = make_client()
+    assert before.post("/sessions", json={"id": "quiet", "seed": future}).status_code == 201
+    assert before.post("/sessions/quiet/fork", json={"sessionId": "quiet-child"}).status_code == 201
+    assert before.post("/sessions", json={"id": "appended", "seed": future}).status_code == 201
+    time.sleep(3.3)
+    assert before.post("/sessions/appended/events", json={"events": [note("just now")]}).status_code == 201
+    assert before.post("/sessions", json={"id": "recent", "seed": future}).status_code == 201
+    before.__exit__(None, None, None)  # a clean shutdown
+
+    after = make_client(retention="PT3S")
+
+    # Counted from the changes the first run acknowledged, not from the restart nor from the events' times.
+    assert [item["id"] for item in after.get("/sessions").json()["items"]] == ["appended", "recent"]
+    wait_gone(after, "quiet", time.monotonic())

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import httpx
+import pytest
+from fastapi import FastAPI
 from starlette.testclient import TestClient
 
+from app.backends.search_index import SqliteSearchEngine
+from app.domain.access import Scope
 from tests.api.builders import assistant_message, step_end, step_start, tool_call, tool_result, turn_end, turn_start
+from tests.api.conftest import LOCAL, AppFactory, ClientFactory
 from tests.api.helpers import append, assert_invalid_request, create, listed_ids, searched
+from tests.api.test_access import wait_for, write_keys
 from tests.events import user_message
 
 
@@ -117,3 +126,71 @@ def test_filters_combine_with_a_search(client: TestClient) -> None:
     create(client, id="here", meta={"cwd": "/here"}, seed=_conversation("banana bread", "yum"))
     create(client, id="there", meta={"cwd": "/there"}, seed=_conversation("banana split", "yum"))
     assert _ids(client, "banana", cwd="/there") == ["there"]
+
+
+def test_another_tenants_words_cost_a_search_nothing(make_client: ClientFactory, tmp_path: Path) -> None:
+    """Spec 9: nothing of another tenant can be inferred, not even from how long a search takes. Tenant a's 12,000
+    words that begin with ``acmesec`` make b's search for that prefix no slower than one for a prefix no one has."""
+    keys = write_keys(tmp_path / "keys.jsonl", {name: (name, (Scope.READ, Scope.WRITE)) for name in ("a", "b")})
+    client = make_client(keys_file=keys.path)
+    secret = " ".join(f"acmesecret{number:06d}" for number in range(12_000))
+    made = client.post("/sessions", json={"id": "vault", "seed": [user_message(secret)]}, headers=keys.auth("a"))
+    assert made.status_code == 201, made.text
+    service = cast(FastAPI, client.app).state.service
+    wait_for(lambda: service.searcher.caught_up)  # a's words are in the index: the engine, not a walk, answers b
+
+    def searched_by_b(q: str) -> float:
+        started = time.perf_counter()
+        answer = client.get("/sessions", params={"q": q}, headers=keys.auth("b"))
+        elapsed = time.perf_counter() - started
+        assert (answer.status_code, answer.json()["items"]) == (200, [])
+        return elapsed
+
+    searched_by_b("acmesec"), searched_by_b("zqxwvut")  # the first of each warms what a search warms
+    matching: list[float] = []
+    nothing: list[float] = []
+    for _ in range(15):
+        matching.append(searched_by_b("acmesec"))
+        nothing.append(searched_by_b("zqxwvut"))
+
+    ratio = statistics.median(matching) / statistics.median(nothing)
+    assert ratio < 1.5, f"b's search for a's prefix took {ratio:.2f}x the time of one that matches nothing"
+
+
+@pytest.mark.files_only
+def test_a_search_still_running_at_shutdown_leaves_no_indexer_behind(
+    make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app's shutdown stops the indexer for good: a search that meets the closed index meanwhile starts no task
+    that would outlive the app ("Task was destroyed but it is pending!")."""
+    app = make_app()
+    service = app.state.service
+    asked = asyncio.Event()
+    answer = asyncio.Event()
+    candidates = SqliteSearchEngine.candidates
+
+    async def held(engine: SqliteSearchEngine, tenant: str, words: tuple[str, ...]) -> set[str]:
+        asked.set()
+        await answer.wait()
+        return await candidates(engine, tenant, words)
+
+    async def main() -> tuple[int, list[str]]:
+        lifespan = app.router.lifespan_context(app)
+        await lifespan.__aenter__()
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=LOCAL) as client:
+            while not service.searcher.caught_up:
+                await asyncio.sleep(0.01)
+            monkeypatch.setattr(SqliteSearchEngine, "candidates", held)
+            search = asyncio.create_task(client.get("/sessions", params={"q": "hello"}))
+            await asyncio.wait_for(asked.wait(), 5)
+            await lifespan.__aexit__(None, None, None)  # the index closes under the search
+            answer.set()
+            searched = await search
+        left = [task.get_name() for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        return searched.status_code, left
+
+    status, left = asyncio.run(main())
+
+    assert status == 200
+    assert left == []

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from app.backends.files.codec import encode_header
+from app.domain.dsh_records import encode_header
 from app.domain.session import SessionHeader
 from tests.api.builders import (
     as_seed,

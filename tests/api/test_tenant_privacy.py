@@ -1,13 +1,16 @@
-"""Nothing of one tenant reaches another, nor a server path anyone (spec 9): each tenant's own createdAt clock, problem
-details without the data directory's path, and tenant names that would share a folder refused in the keys file."""
+"""Nothing of one tenant reaches another, nor a server path anyone (spec 9): each tenant's own createdAt clock, its own
+counts in /readyz, problem details without the data directory's path, and tenant names that would share a folder
+refused in the keys file."""
 
 from __future__ import annotations
 
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from starlette.testclient import TestClient
 
 from app.api.keys_file import KeysFileError
 from app.backends.base import Backend
@@ -93,3 +96,56 @@ def test_tenants_equal_but_for_letter_case_on_reload_keep_the_keys_in_force(
     assert client.post("/sessions", json={"id": "s"}, headers=keys.auth("b")).status_code == 201
     time.sleep(1.5)  # another look at the (unchanged) bad file changes nothing either
     assert client.get("/sessions/s", headers=keys.auth("b")).status_code == 200
+
+
+READYZ_CALLERS: dict[str, tuple[str, tuple[Scope, ...]]] = {
+    "a": ("a", (Scope.READ, Scope.WRITE)),
+    "b": ("b", (Scope.READ, Scope.WRITE)),
+    "b-reader": ("b", (Scope.READ,)),
+    "operator": ("a", (Scope.ADMIN,)),  # admin is not tied to the tenant its line names
+}
+
+
+def readyz_of(client: TestClient, keys: Keys, caller: str) -> Any:
+    answer = client.get("/readyz", headers=keys.auth(caller))
+    assert answer.status_code == 200, (caller, answer.text)
+    return answer.json()
+
+
+def test_readyz_counts_only_the_callers_tenant_and_every_tenant_for_admin(
+    make_client: ClientFactory, tmp_path: Path
+) -> None:
+    keys = write_keys(tmp_path / "readyz-keys.jsonl", READYZ_CALLERS)
+    client = make_client(keys_file=keys.path)
+    for caller, session_id in (("a", "a1"), ("a", "a2"), ("a", "a3"), ("a", "gone"), ("b", "b1")):
+        assert client.post("/sessions", json={"id": session_id}, headers=keys.auth(caller)).status_code == 201
+    assert client.delete("/sessions/gone", headers=keys.auth("a")).status_code == 204
+
+    assert readyz_of(client, keys, "b") == {"status": "ready", "sessions": 1, "corrupt": 0}
+    assert readyz_of(client, keys, "b-reader") == {"status": "ready", "sessions": 1, "corrupt": 0}
+    assert readyz_of(client, keys, "a") == {"status": "ready", "sessions": 3, "corrupt": 0}
+    assert readyz_of(client, keys, "operator") == {"status": "ready", "sessions": 4, "corrupt": []}
+    for keyless in ("none", "unknown"):  # no tenant whose counts it could see (a bad key is no key on /readyz)
+        assert readyz_of(client, keys, keyless) == {"status": "ready"}, keyless
+
+
+CORRUPT_HEADER = b'{"type":"session","version":0,"id":"%s","createdAt":1700000000000}\n'
+
+
+@pytest.mark.files_only
+def test_readyz_counts_a_tenants_own_corrupt_sessions_and_lists_them_to_admin_only(
+    make_client: ClientFactory, data_dir: Path, tmp_path: Path
+) -> None:
+    keys = write_keys(tmp_path / "readyz-keys.jsonl", READYZ_CALLERS)
+    sessions = data_dir / "tenants" / "a" / "sessions"
+    sessions.mkdir(parents=True)
+    (sessions / "bad.jsonl").write_bytes(CORRUPT_HEADER % b"bad" + b"{not json\n")
+    (sessions / "-stray.jsonl").write_bytes(CORRUPT_HEADER % b"-stray")
+    (sessions / "good.jsonl").write_bytes(CORRUPT_HEADER % b"good")
+    client = make_client(keys_file=keys.path)
+
+    assert readyz_of(client, keys, "a") == {"status": "ready", "sessions": 1, "corrupt": 2}
+    assert readyz_of(client, keys, "b") == {"status": "ready", "sessions": 0, "corrupt": 0}
+    operator = readyz_of(client, keys, "operator")
+    assert operator["sessions"] == 1
+    assert {(item["tenant"], item["id"]) for item in operator["corrupt"]} == {("a", "bad"), ("a", "-stray")}

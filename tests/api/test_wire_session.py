@@ -33,15 +33,15 @@ HEADS = [
 @pytest.mark.parametrize("header", HEADERS, ids=lambda header: header.id)
 def test_the_payload_is_the_session_resource_in_its_member_order(header: SessionHeader) -> None:
     for head in HEADS:  # the same header again and again, as a session's appends bring it
-        session = Session(SessionKey("default", header.id), header, head)
+        session = Session(SessionKey("default", header.id), header, head, header.created_at)
         payload = session_payload(session)
         assert list(orjson.loads(payload).items()) == list(session_json(session).items())
         assert list(orjson.loads(payload)) == list(SESSION_MEMBERS)
 
 
 def test_a_header_made_anew_with_other_values_is_not_answered_from_an_older_one() -> None:
-    first = Session(SessionKey("default", "s"), SessionHeader("s", 1, "a" * 16), LogHead())
+    first = Session(SessionKey("default", "s"), SessionHeader("s", 1, "a" * 16), LogHead(), 1)
     assert orjson.loads(session_payload(first))["instance"] == "a" * 16
-    again = Session(SessionKey("default", "s"), SessionHeader("s", 2, "b" * 16, cwd="/x"), LogHead())
+    again = Session(SessionKey("default", "s"), SessionHeader("s", 2, "b" * 16, cwd="/x"), LogHead(), 2)
     answered = orjson.loads(session_payload(again))
     assert (answered["instance"], answered["createdAt"], answered["cwd"]) == ("b" * 16, 2, "/x")

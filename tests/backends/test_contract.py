@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -379,6 +380,15 @@ async def test_tenants_with_equal_ids_never_meet(backend: Backend) -> None:
     assert await everything(backend, "demo", "globex") == b
 
 
+async def test_readiness_of_a_tenant_counts_its_live_sessions_only(backend: Backend) -> None:
+    for session_id in ("a1", "a2", "a3", "gone"):
+        await create(backend, session_id, tenant="acme")
+    await create(backend, "b1", tenant="globex")
+    await backend.delete(key("gone", "acme"))
+    assert [(await backend.readiness(tenant)).sessions for tenant in ("acme", "globex", "initech")] == [3, 1, 0]
+    assert (await backend.readiness()).sessions == 4
+
+
 # -- durability ------------------------------------------------------------------------------------------------------
 
 
@@ -448,7 +458,7 @@ async def test_a_record_is_kept_with_the_change_it_made(make_backend: BackendFac
     batch = await staged(backend, "s", turn(2))
     after = await backend.find(key("s"))
     assert after is not None
-    grown = Session(after.key, after.header, head_of(batch.state))
+    grown = Session(after.key, after.header, head_of(batch.state), after.changed_at)
     await backend.append(key("s"), batch, remember=[record("k2", grown, 8)])
     kept = await backend.recall(DEFAULT_TENANT, "k2")
     assert kept is not None and (kept.first_seq, kept.end_seq) == (8, 16)
@@ -484,3 +494,34 @@ async def test_forgotten_records_are_gone_and_their_changes_stay(backend: Backen
     await backend.forget(wall_clock_ms() + 1)
     assert await backend.recall(DEFAULT_TENANT, "k") is None
     assert (await everything(backend, "s")).count(b"\n") == 8
+
+
+async def test_a_record_outlives_the_deletion_of_its_session_until_it_is_forgotten(
+    make_backend: BackendFactory,
+) -> None:
+    backend = await make_backend.open()
+    made_at = wall_clock_ms()
+    await backend.create(
+        key("s"), new_instance(), {}, SeedLog(seed_log(turn(1), now=NOW)), remember=lambda m: record("made", m, 0)
+    )
+    batch = await staged(backend, "s", turn(2))
+    found = await backend.find(key("s"))
+    assert found is not None
+    grown = Session(found.key, found.header, head_of(batch.state), found.changed_at)
+    await backend.append(key("s"), batch, remember=[replace(record("grew", grown, 8), created_at=made_at - 10_000)])
+    await backend.delete(key("s"))
+    await create(backend, "s")  # another incarnation under the id: the records are still those of the first
+    if make_backend.durable:
+        backend = await make_backend.reopen(backend)
+    made, grew = await backend.recall(DEFAULT_TENANT, "made"), await backend.recall(DEFAULT_TENANT, "grew")
+    assert made is not None and (made.session, made.end_seq) == ("s", 8)
+    assert grew is not None and (grew.first_seq, grew.end_seq) == (8, 16)
+    await backend.forget(made_at - 5_000)  # the append's record is past its keeping time, the create's is not
+    if make_backend.durable:
+        backend = await make_backend.reopen(backend)
+    assert await backend.recall(DEFAULT_TENANT, "grew") is None
+    assert await backend.recall(DEFAULT_TENANT, "made") is not None
+    await backend.forget(wall_clock_ms() + 1)
+    if make_backend.durable:
+        backend = await make_backend.reopen(backend)
+    assert await backend.recall(DEFAULT_TENANT, "made") is None

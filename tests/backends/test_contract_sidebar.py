@@ -11,13 +11,13 @@ import pytest
 
 from app.backends.base import Backend, SeedPrefix
 from app.backends.files import FileBackend
-from app.backends.files.codec import encode_header
+from app.domain.clock import wall_clock_ms
+from app.domain.dsh_records import encode_header
 from app.domain.errors import EventRejected
 from app.domain.ids import new_instance
 from app.domain.listing import ListQuery, OrderKey, PageRequest
-from app.domain.log import stage
 from app.domain.session import LogHead, Session
-from app.service.sessions import wall_clock_ms
+from app.domain.staging import stage
 from tests.backends.conftest import BackendFactory
 from tests.backends.test_contract import NOW, append, create, everything, fork, key, turn
 from tests.events import turn_end, turn_start, user_message

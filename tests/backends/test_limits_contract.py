@@ -15,11 +15,12 @@ from app.backends.base import Backend
 from app.backends.files import FileBackend
 from app.backends.memory import MemoryBackend
 from app.backends.postgres import PostgresBackend
+from app.domain.clock import wall_clock_ms
 from app.domain.errors import ErrorCode, SessionError
 from app.domain.limits import TenantLimits
 from app.domain.listing import PageRequest
 from app.domain.session import DEFAULT_TENANT, SessionKey
-from app.service.sessions import SessionService, wall_clock_ms
+from app.service.sessions import SessionService
 from tests.backends.conftest import BackendFactory
 from tests.backends.test_contract import turn
 
@@ -53,7 +54,7 @@ async def test_concurrent_creates_and_forks_take_exactly_the_free_slots(make_bac
     async with service_of(make_backend, {DEFAULT_TENANT: TenantLimits(max_sessions=5)}) as service:
         await service.create(DEFAULT_TENANT, "source", turn(1), None)
         creates = [service.create(DEFAULT_TENANT, f"c{n}", None, None) for n in range(10)]
-        forks = [service.fork(key("source"), child_id=f"f{n}") for n in range(10)]
+        forks = [service.forks.fork(key("source"), child_id=f"f{n}") for n in range(10)]
         outcomes = await asyncio.gather(*creates, *forks, return_exceptions=True)
 
         refused = [outcome for outcome in outcomes if isinstance(outcome, SessionError)]
@@ -62,7 +63,7 @@ async def test_concurrent_creates_and_forks_take_exactly_the_free_slots(make_bac
         assert {(error.facts["quota"], error.facts["limit"], error.facts["used"]) for error in refused} == {
             ("sessions", 5, 5)
         }
-        sessions, _ = await service.page(DEFAULT_TENANT, PageRequest(100))
+        sessions, _ = await service.reads.page(DEFAULT_TENANT, PageRequest(100))
         assert len(sessions) == 5
 
         await service.delete(key("source"))
@@ -72,16 +73,35 @@ async def test_concurrent_creates_and_forks_take_exactly_the_free_slots(make_bac
 async def test_an_idle_session_expires_and_its_child_keeps_its_log(make_backend: BackendFactory) -> None:
     async with service_of(make_backend, {DEFAULT_TENANT: TenantLimits(retention_ms=1500)}) as service:
         await service.create(DEFAULT_TENANT, "parent", turn(1), None)
-        await service.fork(key("parent"), child_id="child")
+        await service.forks.fork(key("parent"), child_id="child")
         started = time.monotonic()
         while True:
             await service.append(key("child"), [{"type": "forklog-test/note", "data": {"text": "alive"}}])
-            sessions, _ = await service.page(DEFAULT_TENANT, PageRequest(100))
+            sessions, _ = await service.reads.page(DEFAULT_TENANT, PageRequest(100))
             listed = [session.id for session, _ in sessions]
             if listed == ["child"] and await service.backend.find(key("parent")) is None:
                 break
             assert time.monotonic() - started < 1.5 + 10, "the parent was not deleted within 10 s of expiring"
             await asyncio.sleep(0.2)
         assert service.sessions_expired_total == 1
-        lines, count = await service.read(key("child"), 0, 1000)
+        lines, count = await service.reads.read(key("child"), 0, 1000)
         assert count > len(turn(1)) and lines.count(b"\n") == count
+
+
+async def test_an_idle_session_timed_in_2100_expires_and_its_child_appended_to_stays(
+    make_backend: BackendFactory,
+) -> None:
+    year_2100_ms = 4_102_444_800_000  # a seed's events may carry any time; the appends after them follow it
+    seed = [{**event, "seq": seq, "time": year_2100_ms + seq} for seq, event in enumerate(turn(1))]
+    async with service_of(make_backend, {DEFAULT_TENANT: TenantLimits(retention_ms=1500)}) as service:
+        await service.create(DEFAULT_TENANT, "parent", seed, None)
+        await service.forks.fork(key("parent"), child_id="child")
+        started = time.monotonic()
+        while await service.backend.find(key("parent")) is not None:
+            await service.append(key("child"), [{"type": "forklog-test/note", "data": {"text": "alive"}}])
+            assert time.monotonic() - started < 1.5 + 10, "the parent was not deleted within 10 s of expiring"
+            await asyncio.sleep(0.2)
+        assert time.monotonic() - started >= 1.5 - 0.1  # by the server's clock: not before it expired
+        sessions, _ = await service.reads.page(DEFAULT_TENANT, PageRequest(100))
+        assert [session.id for session, _ in sessions] == ["child"]
+        assert service.sessions_expired_total == 1

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from app.backends.files.codec import decode_line
+from app.domain.dsh_records import decode_line
 from app.domain.errors import ErrorCode, SessionError
 from tests.domain.builders import make_store
 

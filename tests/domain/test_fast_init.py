@@ -55,7 +55,7 @@ def test_a_head_made_by_position_or_by_name_holds_what_was_given() -> None:
 
 
 def test_a_session_keeps_its_parts_and_stays_frozen() -> None:
-    session = Session(SessionKey("t", "s"), _header(), LogHead(1))
+    session = Session(SessionKey("t", "s"), _header(), LogHead(1), 1_700_000_000_000)
     assert session.key == SessionKey("t", "s") and session.head.count == 1
     with pytest.raises(dataclasses.FrozenInstanceError):
         session.head = LogHead(2)  # type: ignore[misc]

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from app.backends.files.codec import encode_header
+from app.domain.dsh_records import encode_header
 from app.domain.jsonvalue import dumps
 from app.domain.session import SessionHeader
 from tests.e2e.conftest import StartServer

@@ -52,3 +52,20 @@ def test_a_retry_after_kill_9_replays_the_acknowledged_answer(start_server: Star
         assert len(events) == 4
         assert client.get("/sessions/kid").json()["eventCount"] == 2
         assert len(client.get("/sessions").json()["items"]) == 2
+
+
+def test_a_retry_after_a_delete_and_kill_9_replays_and_makes_nothing(start_server: StartServer, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    first = start_server(data_dir, fsync=True)
+    with httpx.Client(base_url=first.base, timeout=10) as client:
+        made = client.post("/sessions", json={"id": "idem1"}, headers={"Idempotency-Key": "c1"})
+        assert made.status_code == 201, made.text
+        assert client.delete("/sessions/idem1").status_code == 204
+    first.kill()  # right after the delete's acknowledgement
+
+    second = start_server(data_dir, fsync=True)
+    with httpx.Client(base_url=second.base, timeout=10) as client:
+        again = client.post("/sessions", json={"id": "idem1"}, headers={"Idempotency-Key": "c1"})
+        assert (again.status_code, again.content) == (made.status_code, made.content)
+        assert again.headers["idempotent-replayed"] == "true"
+        assert client.get("/sessions/idem1").status_code == 404

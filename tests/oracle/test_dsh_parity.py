@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from app.backends.files.codec import decode_line
+from app.domain.dsh_records import decode_line
 from app.domain.errors import SessionError
 from app.domain.log import seed_log
 from tests.oracle.conftest import FIXTURES, Oracle

@@ -83,7 +83,7 @@ class StoreHarness:
 
     def get(self, session_id: str) -> LiveSession:
         """The live session as stored (SESSION_NOT_FOUND, as the service says, when it is not live)."""
-        self.run(self.service.get(self.key(session_id)))
+        self.run(self.service.reads.get(self.key(session_id)))
         live = self.backend.catalog.get(self.key(session_id))
         assert live is not None
         return live
@@ -94,7 +94,7 @@ class StoreHarness:
 
     def adopt(self, header: SessionHeader, log: SessionLog) -> None:
         """Put a session in the store as a recovery would."""
-        self.backend.catalog.add(LiveSession(self.key(header.id), header, log))
+        self.backend.catalog.add(LiveSession(self.key(header.id), header, log, changed_at=self.backend.catalog.now()))
 
     # -- operations ------------------------------------------------------------------------------------------------
 
@@ -112,19 +112,19 @@ class StoreHarness:
         return self.run(self.service.append(self.key(session_id), events, **kwargs)).events
 
     def fork(self, session_id: str, **kwargs: Any) -> LiveSession:
-        child = self.run(self.service.fork(self.key(session_id), **kwargs))
+        child = self.run(self.service.forks.fork(self.key(session_id), **kwargs))
         return self.get(child.id)
 
     def snapshot(self, session_id: str, **kwargs: Any) -> TakenSnapshot:
         async def take() -> TakenSnapshot:
-            snapshot = await self.service.snapshot(self.key(session_id), **kwargs)
+            snapshot = await self.service.forks.snapshot(self.key(session_id), **kwargs)
             lines = b"".join([chunk async for chunk in snapshot.seed])
             return TakenSnapshot(snapshot.source, TakenSeed(lines), snapshot.meta)
 
         return self.run(take())
 
     def history(self, session_id: str, at_seq: int | None = None) -> tuple[list[Any], int]:
-        return self.run(self.service.history(self.key(session_id), at_seq))
+        return self.run(self.service.reads.history(self.key(session_id), at_seq))
 
     def delete(self, session_id: str) -> None:
         self.run(self.service.delete(self.key(session_id)))
@@ -135,7 +135,7 @@ class StoreHarness:
         """A page of the list and its opaque cursor, as ``GET /sessions`` gives them."""
         after = decode_cursor(cursor)[0] if cursor is not None else None
         found, last = self.run(
-            self.service.page(self.tenant, PageRequest(limit, after=after, query=ListQuery(parent=parent)))
+            self.service.reads.page(self.tenant, PageRequest(limit, after=after, query=ListQuery(parent=parent)))
         )
         return [session for session, _ in found], encode_cursor(last) if last is not None else None
 

@@ -87,7 +87,7 @@ def test_a_cancelled_append_stores_nothing_and_the_next_one_is_stored_after_the_
         with pytest.raises(asyncio.CancelledError):
             await cancelled
         backend.release.set()
-        assert (await service.get(KEY)).head.count == 8
+        assert (await service.reads.get(KEY)).head.count == 8
         assert (await service.append(KEY, simple_turn(2))).session.head.count == 16
         await service.stop()
 

@@ -58,7 +58,7 @@ def append(service: SessionService) -> Operation:
 
 
 def fork(service: SessionService) -> Operation:
-    return lambda change: service.fork(SOURCE, child_id="made", at_turn=0, change=change)
+    return lambda change: service.forks.fork(SOURCE, child_id="made", at_turn=0, change=change)
 
 
 OPERATIONS = [pytest.param(create, id="create"), pytest.param(append, id="append"), pytest.param(fork, id="fork")]

@@ -52,7 +52,7 @@ async def next_item(tail: AsyncIterator[TailEvents | Deleted]) -> TailEvents | D
 def test_a_tail_hands_on_nothing_stored_after_the_right_ends() -> None:
     async def scenario(service: SessionService) -> None:
         right = Right()
-        tail = await service.tail(KEY, allowed=right)
+        tail = await service.reads.tail(KEY, allowed=right)
         first = await next_item(tail)
         assert isinstance(first, TailEvents) and first.first_seq == 0
         pending = asyncio.ensure_future(next_item(tail))
@@ -67,7 +67,7 @@ def test_a_tail_hands_on_nothing_stored_after_the_right_ends() -> None:
 def test_an_idle_tail_ends_when_woken_after_the_right_ends() -> None:
     async def scenario(service: SessionService) -> None:
         right = Right()
-        tail = await service.tail(KEY, allowed=right)
+        tail = await service.reads.tail(KEY, allowed=right)
         assert isinstance(await next_item(tail), TailEvents)
         pending = asyncio.ensure_future(next_item(tail))
         await asyncio.sleep(0.05)
@@ -82,7 +82,7 @@ def test_an_idle_tail_ends_when_woken_after_the_right_ends() -> None:
 def test_a_tail_asks_once_per_batch_it_sends() -> None:
     async def scenario(service: SessionService) -> None:
         right = Right()
-        tail = await service.tail(KEY, allowed=right)
+        tail = await service.reads.tail(KEY, allowed=right)
         assert isinstance(await next_item(tail), TailEvents)
         for text in ("a", "b", "c"):
             await service.append(KEY, [note(text)])
@@ -96,7 +96,7 @@ def test_a_long_poll_stops_waiting_when_woken_after_the_right_ends() -> None:
     async def scenario(service: SessionService) -> None:
         right = Right()
         started = time.monotonic()
-        waiting = asyncio.ensure_future(service.read(KEY, 1, 10, wait_ms=30000, allowed=right))
+        waiting = asyncio.ensure_future(service.reads.read(KEY, 1, 10, wait_ms=30000, allowed=right))
         await asyncio.sleep(0.05)
         assert not waiting.done()
         right.holds = False

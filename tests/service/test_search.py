@@ -16,9 +16,10 @@ from app.backends.base import Backend
 from app.backends.files import FileBackend
 from app.backends.memory import MemoryBackend
 from app.backends.postgres import PostgresBackend
+from app.domain.clock import wall_clock_ms
 from app.domain.listing import ListQuery, PageRequest
 from app.domain.session import SessionKey
-from app.service.sessions import SessionService, wall_clock_ms
+from app.service.sessions import SessionService
 from tests.events import (
     question_and_answer,
 )
@@ -60,7 +61,7 @@ async def caught_up(service: SessionService) -> None:
 
 
 async def found(service: SessionService, q: str, tenant: str = "default") -> list[str]:
-    page, _ = await service.page(tenant, PageRequest(100, query=BY_UPDATE), q=q)
+    page, _ = await service.reads.page(tenant, PageRequest(100, query=BY_UPDATE), q=q)
     return [session.id for session, _ in page]
 
 
@@ -113,10 +114,10 @@ async def test_a_match_names_the_first_message_holding_the_first_word(service: S
         {"cwd": "/tea"},
     )
     await caught_up(service)
-    page, _ = await service.page("default", PageRequest(5, query=BY_UPDATE), q="kettle boil")
+    page, _ = await service.reads.page("default", PageRequest(5, query=BY_UPDATE), q="kettle boil")
     ((_, match),) = page
     assert match is not None and (match.seq, match.snippet) == (2, "boil the kettle")
-    page, _ = await service.page("default", PageRequest(5, query=BY_UPDATE), q="tea")
+    page, _ = await service.reads.page("default", PageRequest(5, query=BY_UPDATE), q="tea")
     ((_, match),) = page
     assert match is not None and (match.seq, match.snippet) == (None, "/tea")
 

@@ -11,8 +11,8 @@ import pytest
 from app.api.wire import session_json
 from app.backends.catalog import LiveSession
 from app.backends.errors import StorageUnavailable
-from app.backends.files.codec import header_record
 from app.backends.memory import MemoryBackend
+from app.domain.dsh_records import header_record
 from app.domain.errors import ErrorCode, SessionError
 from app.domain.log import SessionLog
 from app.domain.session import DEFAULT_TENANT, Session, SessionHeader, SessionKey
@@ -281,7 +281,7 @@ def test_created_at_strictly_increases_for_creates_in_flight_at_once() -> None:
         await asyncio.gather(
             service.create(DEFAULT_TENANT, "a", None, None),
             service.create(DEFAULT_TENANT, "b", None, None),
-            service.fork(store.key("src"), child_id="c"),
+            service.forks.fork(store.key("src"), child_id="c"),
         )
 
     store.run(at_once())
@@ -477,12 +477,12 @@ def test_an_append_in_flight_is_invisible_until_stored() -> None:
         await service.create(DEFAULT_TENANT, "s", simple_turn(1), None)
         pending = asyncio.ensure_future(service.append(key, simple_turn(2)))
         await asyncio.sleep(0.01)
-        assert (await service.get(key)).head.count == 8
-        assert (await service.snapshot(key)).meta["seedLength"] == 8
-        assert len((await service.history(key, None))[0]) == 2
+        assert (await service.reads.get(key)).head.count == 8
+        assert (await service.forks.snapshot(key)).meta["seedLength"] == 8
+        assert len((await service.reads.history(key, None))[0]) == 2
         backend.release.set()
         assert (await pending).session.head.count == 16
-        assert (await service.get(key)).head.count == 16
+        assert (await service.reads.get(key)).head.count == 16
 
     asyncio.run(run())
 
@@ -827,8 +827,8 @@ def test_a_fork_in_flight_holds_its_child_id_until_it_is_stored_or_refused(outco
         await service.create(DEFAULT_TENANT, "src", simple_turn(1), None)
         backend.holding = True
         src = SessionKey(DEFAULT_TENANT, "src")
-        fork = asyncio.ensure_future(service.fork(src, child_id="kid"))
-        rival_fork = asyncio.ensure_future(service.fork(src, child_id="kid"))
+        fork = asyncio.ensure_future(service.forks.fork(src, child_id="kid"))
+        rival_fork = asyncio.ensure_future(service.forks.fork(src, child_id="kid"))
         rival_create = asyncio.ensure_future(service.create(DEFAULT_TENANT, "kid", None, None))
         await asyncio.sleep(0.01)
         assert await backend.find(SessionKey(DEFAULT_TENANT, "kid")) is None

@@ -67,7 +67,7 @@ async def read_events(request: Request) -> Response:
     start = query["from"]
     wait_ms = query["waitMs"]
     allowed = still_allowed(request, Scope.READ)
-    lines, count = await service_of(request).read(key, start, query["limit"], wait_ms=wait_ms, allowed=allowed)
+    lines, count = await service_of(request).reads.read(key, start, query["limit"], wait_ms=wait_ms, allowed=allowed)
     if wait_ms and not allowed():  # a long-poll whose key was removed while it waited (spec 9)
         return revoked_answer(request, Scope.READ)
     next_seq = start + lines.count(b"\n")

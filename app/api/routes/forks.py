@@ -55,7 +55,7 @@ FORK_SESSION = RouteSpec(
 async def snapshot_session(request: Request) -> Response:
     key = key_of(request)
     members = SNAPSHOT.parse(await body_of(request, empty_is_object=True))
-    snapshot = await service_of(request).snapshot(
+    snapshot = await service_of(request).forks.snapshot(
         key, at_seq=members["atSeq"], instance=members["instance"], expected_seq=members["expectedSeq"]
     )
 
@@ -90,7 +90,7 @@ async def fork_session(request: Request) -> Response:
 
     answer, replayed = await service.idempotently(
         idempotent_request(request, key.tenant, body.raw),
-        lambda change: service.fork(
+        lambda change: service.forks.fork(
             key,
             child_id=members["sessionId"],
             at_seq=members["atSeq"],

@@ -33,5 +33,5 @@ router = new_router()
 async def read_history(request: Request) -> Response:
     key = key_of(request)
     at_seq = HISTORY_QUERY.parse(request.query_params)["atSeq"]
-    messages, count = await service_of(request).history(key, at_seq)
+    messages, count = await service_of(request).reads.history(key, at_seq)
     return json_response(dumps({"messages": messages, "eventCount": count}))

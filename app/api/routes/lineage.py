@@ -24,7 +24,7 @@ router = new_router()
     summary="Ancestors (while each parent is live) and children of a session",
 )
 async def read_lineage(request: Request) -> Response:
-    lineage = await service_of(request).lineage(key_of(request))
+    lineage = await service_of(request).reads.lineage(key_of(request))
     return json_response(
         orjson.dumps(
             {

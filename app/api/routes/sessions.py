@@ -83,7 +83,7 @@ async def list_sessions(request: Request) -> Response:
                 "the cursor was made for another order, direction, filter or q; start again without it",
             )
     page = PageRequest(query["limit"], after=after, query=listing)
-    found, last = await service_of(request).page(tenant_of(request), page, q=query["q"])
+    found, last = await service_of(request).reads.page(tenant_of(request), page, q=query["q"])
     items = [
         session_json(session) if match is None else {**session_json(session), "match": match_json(match)}
         for session, match in found
@@ -95,7 +95,7 @@ async def list_sessions(request: Request) -> Response:
 @router.declare(RouteSpec("GET", "/sessions/{id}", Scope.READ, refusals=SESSION_ID), SessionOut, summary="One session")
 async def get_session(request: Request) -> Response:
     key = key_of(request)
-    return json_response(session_payload(await service_of(request).get(key)))
+    return json_response(session_payload(await service_of(request).reads.get(key)))
 
 
 @router.declare(

@@ -68,7 +68,7 @@ async def stream_events(request: Request) -> Response:
     key = key_of(request)
     query = STREAM_QUERY.parse(request.query_params)
     resume = last_event_id(request.headers.get("last-event-id"))
-    tail = await service_of(request).tail(
+    tail = await service_of(request).reads.tail(
         key,
         start=query["from"],
         last_event_id=resume,

@@ -32,10 +32,9 @@ from app.backends.base import (
     SeedPrefix,
 )
 from app.backends.catalog import Catalog, LiveSession
-from app.backends.catalog_reads import CatalogReads, starting_log
+from app.backends.catalog_reads import CatalogReads, readiness_of, starting_log
 from app.backends.errors import Access
 from app.backends.files.checkpointer import REWRITE_MIN_BYTES, Checkpointer
-from app.backends.files.codec import encode_header
 from app.backends.files.cuts import CUT_SUFFIX, CutRecords
 from app.backends.files.datadir import DataDir
 from app.backends.files.disk_errors import disk_errors
@@ -47,9 +46,11 @@ from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, pa
 from app.backends.files.writer import OPEN_FILES, AppendWriter
 from app.backends.observer import StorageObserver
 from app.backends.search_index import SqliteSearchEngine
+from app.domain.dsh_records import encode_header
 from app.domain.errors import SessionAlreadyExists
-from app.domain.log import SessionLog, StagedEvents
+from app.domain.log import SessionLog
 from app.domain.session import Session, SessionHeader, SessionKey, head_of
+from app.domain.staging import StagedEvents
 
 __all__ = ["FileBackend"]
 
@@ -269,8 +270,8 @@ class FileBackend(CatalogReads):
             self.journal.close()
             self.datadir.unlock()
 
-    async def readiness(self) -> Readiness:
-        return Readiness(len(self.catalog), list(self._corrupt))
+    async def readiness(self, tenant: str | None = None) -> Readiness:
+        return readiness_of(self.catalog, self._corrupt, tenant)
 
     def listen(self, listener: ChangeListener) -> None:
         return None  # one process owns the directory: every change is this process's own
@@ -289,7 +290,8 @@ class FileBackend(CatalogReads):
                 path = self.datadir.log_path(seed.source)
                 copy_from = _BodyCopy(path, seed.source.id, seed.instance, size, log.lines(seed.count))
         header = self.catalog.new_header(key, instance, lineage)
-        records = [remember(Session(key, header, head_of(log.state)))] if remember is not None else []
+        made = Session(key, header, head_of(log.state), self.catalog.now())
+        records = [remember(made)] if remember is not None else []
         self.remembered.check_free(records)
         return await self._make(key, header, log, [(record, None) for record in records], copy_from)
 
@@ -317,7 +319,8 @@ class FileBackend(CatalogReads):
         finally:
             for piece in body:
                 piece.release()
-        live = LiveSession(key, header, log)
+        # Acknowledged now; a later start reads the same moment off the file's mtime (see Recovery._read_regular).
+        live = LiveSession(key, header, log, changed_at=self.catalog.now())
         self.catalog.add(live)
         self.remembered.keep(placed)
         if self._checkpointer is not None:
@@ -483,7 +486,9 @@ class FileBackend(CatalogReads):
             await asyncio.to_thread(self.remembered.forget, before)
 
     def _delete_file(self, key: SessionKey) -> None:
-        """Rename the file out of sessions/ (atomic), sync the folder, then unlink it."""
+        """Note that the session's kept idempotency records stand (their changes were made: a retry after a restart
+        must still replay them), then rename the file out of sessions/ (atomic), sync the folder, and unlink it."""
+        self.remembered.settle(key.tenant, key.id)
         ops = self.ops
         space = self.datadir.space(key.tenant)
         path = space.log_path(key.id)

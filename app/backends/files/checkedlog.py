@@ -21,9 +21,8 @@ from typing import Any
 import orjson
 
 from app.backends.log_parts import LogDelta
-from app.domain.log import Checkpoint
 from app.domain.log_state import LogState
-from app.domain.staging import StagedEvents, stage
+from app.domain.staging import Checkpoint, StagedEvents, stage
 
 __all__ = ["CheckedLog"]
 

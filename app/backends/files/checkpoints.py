@@ -26,9 +26,10 @@ from blake3 import blake3
 
 from app.backends.log_parts import LogDelta, LogParts, resume_log
 from app.domain.history import fold_surface
-from app.domain.log import Buffer, Checkpoint, SessionLog, checkpoint
+from app.domain.log import Buffer, SessionLog
 from app.domain.log_state import LogState
 from app.domain.session import LogHead, SessionKey, head_of
+from app.domain.staging import Checkpoint, checkpoint
 
 __all__ = [
     "BLOCK_BYTES",

@@ -150,6 +150,10 @@ class FileOps:
     def ftruncate(self, fd: int, length: int) -> None:
         os.ftruncate(fd, length)
 
+    def set_mtime(self, fd: int, mtime_ns: int) -> None:
+        """Set the file's modification time (its access time kept)."""
+        os.utime(fd, ns=(os.fstat(fd).st_atime_ns, mtime_ns))
+
     def flock(self, fd: int, operation: int) -> None:
         fcntl.flock(fd, operation)
 

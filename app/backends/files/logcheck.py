@@ -15,7 +15,8 @@ import orjson
 
 from app.backends.files.checkedlog import CheckedLog
 from app.backends.files.checkpoints import COLD_BYTES, ColdLog, RecordChain
-from app.backends.files.codec import (
+from app.backends.log_parts import log_parts, resume_log
+from app.domain.dsh_records import (
     MalformedRecord,
     canonical_header,
     decode_line,
@@ -25,7 +26,6 @@ from app.backends.files.codec import (
     may_round_trip_lossily,
     parse_line,
 )
-from app.backends.log_parts import log_parts, resume_log
 from app.domain.errors import EventRejected
 from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
 from app.domain.log import SessionLog

@@ -10,6 +10,7 @@ records, truncates torn tails and removes stale index files; without it (``verif
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -229,7 +230,7 @@ class Recovery:
             corrupt("the file name is not <valid id>.jsonl", names_session=False)
             return 0
         try:
-            data = self._read_regular(path)
+            data, changed_at = self._read_regular(path)
         except FileNotFoundError:
             return 0  # removed since it was listed (verify runs beside a service): not a session any more
         except OSError as exc:
@@ -237,7 +238,8 @@ class Recovery:
             return 0
         try:
             if session_id in cuts:
-                data = self._apply_cut(session_id, path, os.path.join(space.index, f"{session_id}{CUT_SUFFIX}"), data)
+                cut_record = os.path.join(space.index, f"{session_id}{CUT_SUFFIX}")
+                data = self._apply_cut(session_id, path, cut_record, data, changed_at)
         except CorruptLog as exc:
             logger.error("session %s is corrupt and kept out of service: %s", session_id, exc.reason)
             corrupt(exc.reason, exc.created_at)
@@ -245,7 +247,7 @@ class Recovery:
         # (looked up, not popped: the chains are freed all at once after the start, so that what a start keeps is
         # not spread over memory the chains held)
         chain = chains.get(key)
-        held = _Held(space, path, key, data)
+        held = _Held(space, path, key, data, changed_at)
         if self._checks is not None and _checked_whole(data, session_id, chain):
             task = (space.tenant, session_id, path, len(data))
             for earlier, verdict in self._checks.add(task, held):
@@ -315,7 +317,7 @@ class Recovery:
             logger.warning("session %s: dropped a torn last line of %d bytes", key.id, recovered.torn_bytes)
             if self._repair:
                 try:
-                    self._truncate(path, recovered.committed_bytes)
+                    self._truncate(path, recovered.committed_bytes, held.changed_at)
                 except OSError as exc:  # appending after the torn bytes would damage the log: keep it out
                     self._corrupt(
                         held,
@@ -333,7 +335,9 @@ class Recovery:
         report.bytes += len(held.data)
         live = None
         if self._keep:
-            live = LiveSession(key, recovered.header, recovered.log, checkpointed=recovered.checkpointed)
+            live = LiveSession(
+                key, recovered.header, recovered.log, changed_at=held.changed_at, checkpointed=recovered.checkpointed
+            )
             report.sessions.append(live)
         if live is not None and whole and record is not None and self._repair and self._journal is not None:
             self._keep_record(live, record, report)
@@ -361,7 +365,12 @@ class Recovery:
                 live.checkpointed = 0
                 report.checked[live.key] = len(live.log)
 
-    def _read_regular(self, path: str) -> bytes:
+    def _read_regular(self, path: str) -> tuple[bytes, int]:
+        """The file's bytes, and when its last change was acknowledged (epoch ms): its mtime. Every change the
+        service makes to a session file writes it just before the change is acknowledged (the create's or fork's
+        temp file, each append), and nothing else the service does writes to it but to cut away bytes never
+        acknowledged; so the mtime is the server's clock at the session's last change, and (unlike the events'
+        ``time``) no client sets it."""
         ops = self._ops
         fd = ops.open(path, os.O_RDONLY)
         try:
@@ -371,20 +380,24 @@ class Recovery:
             data = ops.pread(fd, status.st_size, 0)
             if len(data) < status.st_size:  # cut short meanwhile (a service beside verify): read what is there
                 data += ops.read_all(fd)[len(data) :]
-            return data
+            return data, status.st_mtime_ns // 1_000_000
         finally:
             ops.close(fd)
 
-    def _truncate(self, path: str, size: int) -> None:
+    def _truncate(self, path: str, size: int, changed_at: int) -> None:
+        """Cut the file to ``size`` bytes, its mtime kept at ``changed_at``: what is cut was never acknowledged, so
+        the session's last change stays when it was (retention counts from it, at every later start too)."""
         fd = self._ops.open(path, os.O_WRONLY)
         try:
             self._ops.ftruncate(fd, size)
+            with contextlib.suppress(OSError):  # then a later start counts from this cut: later, never sooner
+                self._ops.set_mtime(fd, changed_at * 1_000_000)
             if self._sync:
                 self._ops.fsync(fd)
         finally:
             self._ops.close(fd)
 
-    def _apply_cut(self, session_id: str, path: str, record: str, data: bytes) -> bytes:
+    def _apply_cut(self, session_id: str, path: str, record: str, data: bytes, changed_at: int) -> bytes:
         """``data`` without the refused bytes a cut record names (when it is this incarnation's); with ``repair``
         the file is cut too and the record dropped. CorruptLog when the cut cannot be made."""
         cut = self._cuts.read(Path(record))
@@ -397,7 +410,7 @@ class Recovery:
         if instance == cut.instance and len(data) > cut.size:
             if self._repair:
                 try:
-                    self._truncate(path, cut.size)
+                    self._truncate(path, cut.size, changed_at)
                 except OSError as exc:
                     raise CorruptLog(
                         f"bytes after byte {cut.size} were refused and could not be cut away: {exc.strerror}"
@@ -436,6 +449,7 @@ class _Held:
     path: str
     key: SessionKey
     data: bytes
+    changed_at: int  # epoch ms: the file's mtime when it was read
 
 
 def _checked_whole(data: bytes, session_id: str, chain: RecordChain | None) -> bool:

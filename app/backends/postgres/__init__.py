@@ -1,7 +1,7 @@
 """The PostgreSQL backend (spec section 6): any number of forklog replicas on one database.
 
-Its names are imported when first used: the settings read a database URL with :mod:`app.backends.postgres.target`
-alone, and a service on files never imports the driver.
+Its names are imported when first used: a service on files never imports the driver (the settings check a database
+URL with :mod:`app.backends.database_url`, outside this package).
 """
 
 from __future__ import annotations

@@ -40,9 +40,10 @@ from app.backends.postgres.tips import CachedTip, StoredTip
 from app.domain.errors import SessionAlreadyExists
 from app.domain.history import fold_surface
 from app.domain.limits import NO_LIMITS
-from app.domain.log import SessionLog, StagedEvents, replace_targets, stage
+from app.domain.log import SessionLog
 from app.domain.log_state import LogState
 from app.domain.session import HEADER_FIELDS, Session, SessionHeader, SessionKey, head_of
+from app.domain.staging import StagedEvents, replace_targets, stage
 from app.domain.summary import TITLE_TYPE, title_of
 
 __all__ = ["PostgresBackend"]
@@ -118,7 +119,8 @@ class PostgresBackend(PostgresReads):
             log_id = int(await conn.fetchval(queries.NEW_LOG_ID))
             atomic = conn.transaction() if copied or remember is not None or limits.quotas else contextlib.nullcontext()
             async with atomic:
-                stamp = len(str(self._clock()))  # the createdAt's digits
+                now = self._clock()
+                stamp = len(str(now))  # the createdAt's digits
                 await check_quota(conn, self._chains, key.tenant, limits, 1, known + stamp)
                 if copied:
                     seqs, lines = rows.take_events()
@@ -133,7 +135,7 @@ class PostgresBackend(PostgresReads):
                     key.tenant,
                     key.id,
                     instance,
-                    self._clock() if restored_at is None else restored_at,
+                    now if restored_at is None else restored_at,
                     *_lineage_params(lineage),
                     log_id,
                     len(log),
@@ -142,11 +144,12 @@ class PostgresBackend(PostgresReads):
                     0,
                     *rows.params(),
                     known,
+                    now,
                 )
                 if made is None:
                     raise SessionAlreadyExists(key.id)
                 header = SessionHeader(id=key.id, created_at=made["created_at"], instance=instance, **lineage)
-                session = Session(key, header, head_of(log.state))
+                session = Session(key, header, head_of(log.state), now)
                 if remember is not None:
                     await conn.execute(queries.INSERT_REMEMBERED, *_remembered_params(remember(session)))
         self._changed(key, made["change_seq"])
@@ -194,13 +197,14 @@ class PostgresBackend(PostgresReads):
                     known = await seed_bytes(conn, self._chains, source["log"], count)
                     child = SessionHeader(id=key.id, created_at=0, instance=instance, **lineage)
                     known += bytes_without_created_at(child) + added
-                await check_quota(conn, self._chains, key.tenant, limits, 1, (known or 0) + len(str(self._clock())))
+                now = self._clock()
+                await check_quota(conn, self._chains, key.tenant, limits, 1, (known or 0) + len(str(now)))
                 made = await conn.fetchrow(
                     queries.CREATE_SESSION,
                     key.tenant,
                     key.id,
                     instance,
-                    self._clock(),
+                    now,
                     *_lineage_params(lineage),
                     log_id,
                     state.count,
@@ -209,11 +213,12 @@ class PostgresBackend(PostgresReads):
                     count if parent is not None else 0,
                     *rows,
                     known,
+                    now,
                 )
                 if made is None:
                     raise SessionAlreadyExists(key.id)
                 header = SessionHeader(id=key.id, created_at=made["created_at"], instance=instance, **lineage)
-                session = Session(key, header, head_of(state))
+                session = Session(key, header, head_of(state), now)
                 if remember is not None:
                     await conn.execute(queries.INSERT_REMEMBERED, *_remembered_params(remember(session)))
         self._changed(key, made["change_seq"])
@@ -245,6 +250,7 @@ class PostgresBackend(PostgresReads):
             # The tip this batch was staged on has left the cache: its log is unknown, so stage it again.
             raise StaleHead(f'session "{key.id}": the tip the batch was staged on is no longer cached')
         count = staged.base_count + len(staged.events)
+        changed_at = self._clock()
         params: list[Any] = [
             key.tenant,
             key.id,
@@ -253,6 +259,7 @@ class PostgresBackend(PostgresReads):
             encode_state(staged.state),
             staged.base_count,
             *Rows.of_staged(staged).params(),
+            changed_at,
         ]
         statement = queries.APPEND
         if remember:
@@ -279,7 +286,7 @@ class PostgresBackend(PostgresReads):
             raise StaleHead(f'session "{key.id}" moved (or was replaced) since the batch was staged')
         self.observer.synced(events, committed)
         self._changed(key, row["change_seq"])
-        session = Session(key, cached.session.header, head_of(staged.state))
+        session = Session(key, cached.session.header, head_of(staged.state), changed_at)
         self._tips.put(key, CachedTip(session, cached.log, staged.state))
 
     async def delete(self, key: SessionKey) -> None:

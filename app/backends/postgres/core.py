@@ -154,7 +154,6 @@ class PostgresCore:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        await self._fill_old_states()
         self._sweeper = asyncio.create_task(self._sweep_now_and_then(), name="forklog-sweep")
         self._doorbell.start()
         self._watch.start()
@@ -162,18 +161,17 @@ class PostgresCore:
             self._feed.start()
 
     async def _connect(self) -> None:
+        """Migrate, fill the rows an older forklog stored without the sidebar's members, then open the pool: one
+        attempt of the start, which :meth:`open` repeats whole after an outage (each step is safe to redo: the
+        migrations and each batch of the fill commit with what they did, and are found done the next time)."""
         conn = await connect(self._url, self._settings)
         try:
             found = await migrate(conn)
+            await fill_old_states(conn, self._chains)
         finally:
             await conn.close(timeout=self._settings.connect_timeout)
         self._pool = await open_pool(self._url, self._settings)
         logger.info("serving from the database %s (schema found at version %d)", self.where, found)
-
-    async def _fill_old_states(self) -> None:
-        """The rows an older forklog stored without the sidebar's members are filled before anything is served."""
-        async with self._connection(Access.CHANGE) as conn:
-            await fill_old_states(conn, self._chains)
 
     async def close(self) -> None:
         await self._watch.stop()
@@ -191,9 +189,11 @@ class PostgresCore:
             except DRIVER_ERRORS:
                 pool.terminate()
 
-    async def readiness(self) -> Readiness:
+    async def readiness(self, tenant: str | None = None) -> Readiness:
         async with self._connection(Access.READ) as conn:
-            return Readiness(int(await conn.fetchval(queries.COUNT_SESSIONS)))
+            if tenant is None:
+                return Readiness(int(await conn.fetchval(queries.COUNT_SESSIONS)))
+            return Readiness(int(await conn.fetchval(queries.COUNT_TENANT_SESSIONS, tenant)))
 
     def listen(self, listener: ChangeListener) -> None:
         self._listeners.append(listener)

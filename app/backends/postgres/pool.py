@@ -6,7 +6,7 @@ add a round trip to every request. Every wait is bounded: connecting, taking a c
 statement; a database that is down or unreachable answers a storage error within those bounds, never a hang.
 Nothing here ever shows the URL's password.
 
-A URL may name several hosts (:mod:`app.backends.postgres.target`): a connection is then asked of all of them at
+A URL may name several hosts (:mod:`app.backends.database_url`): a connection is then asked of all of them at
 once, and the first that takes writes is used. A host that answers at once that it cannot (it refused the
 connection, it is a standby, it is starting) is asked again every ``RETRY_HOST`` seconds while another host has not
 answered yet: a connection begun just before a standby is promoted finds the new primary, rather than waiting out a
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from app.backends.postgres.target import DatabaseTarget, redact
+from app.backends.database_url import DatabaseTarget, redact
 
 __all__ = ["Connection", "PoolSettings", "connect", "open_pool", "redact"]
 

@@ -11,6 +11,7 @@ __all__ = [
     "APPEND_REMEMBERING",
     "CLAIM_SOURCE",
     "COUNT_SESSIONS",
+    "COUNT_TENANT_SESSIONS",
     "CREATE_SESSION",
     "DELETE_SESSION",
     "EVENTS_AT",
@@ -33,7 +34,8 @@ __all__ = [
 ]
 
 SESSION_COLUMNS = (
-    "instance, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, log, count, state"
+    "instance, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, log, count, "
+    "state, changed_at"
 )
 
 FIND = f"SELECT {SESSION_COLUMNS} FROM forklog_sessions WHERE tenant = $1 AND id = $2"
@@ -71,6 +73,8 @@ def page_query(tenant: str, request: PageRequest) -> tuple[str, list[Any]]:
 
 
 COUNT_SESSIONS = "SELECT count(*) FROM forklog_sessions"
+# Answered from the primary key's index (tenant, id): the tenant's rows only.
+COUNT_TENANT_SESSIONS = "SELECT count(*) FROM forklog_sessions WHERE tenant = $1"
 TENANTS = "SELECT DISTINCT tenant FROM forklog_sessions ORDER BY tenant"
 
 # The lines of a chain's pieces ($1 logs, $2 starts, $3 stops) as one text, newline-separated, in seq order.
@@ -119,12 +123,13 @@ INCARNATION_LOG = "SELECT id FROM forklog_logs WHERE tenant = $1 AND session_id 
 # The state's first column (the last event's time) is read off its text, never through jsonb: a title or a preview
 # may hold U+0000, which jsonb refuses. The state is written by orjson, so it starts "[<digits>," (or "[null,").
 # An append, one statement: the head moves only if it is where the batch was staged ($3 log, $6 count), and the rows
-# go in only if it moved. (No NOTIFY in it: notifications serialize commits, so they are sent after, in batches.)
+# go in only if it moved; $15 is when it is acknowledged, by the server's clock (retention counts from it). (No
+# NOTIFY in it: notifications serialize commits, so they are sent after, in batches.)
 _APPEND_HEAD = """
 WITH head AS (
     UPDATE forklog_sessions SET count = $4, state = $5, change_seq = nextval('forklog_changes'),
         bytes = bytes + (SELECT coalesce(sum(octet_length(u.line) + 1), 0) FROM unnest($8::text[]) AS u(line)),
-        updated_at = GREATEST(updated_at, (substring($5::text from '^[[]([0-9]+),'))::bigint)
+        updated_at = GREATEST(updated_at, (substring($5::text from '^[[]([0-9]+),'))::bigint), changed_at = $15
     WHERE tenant = $1 AND id = $2 AND log = $3 AND count = $6
     RETURNING log, change_seq
 ), events AS (
@@ -141,8 +146,8 @@ _REMEMBERED_COLUMNS = (
     "tenant, key, fingerprint, status, location, body, created_at, session, instance, first_seq, end_seq"
 )
 _REMEMBERED_ARRAYS = (
-    "unnest($15::text[], $16::text[], $17::text[], $18::int[], $19::text[], $20::bytea[], $21::bigint[], "
-    "$22::text[], $23::text[], $24::bigint[], $25::bigint[])"
+    "unnest($16::text[], $17::text[], $18::text[], $19::int[], $20::text[], $21::bytea[], $22::bigint[], "
+    "$23::text[], $24::text[], $25::bigint[], $26::bigint[])"
 )
 APPEND = _APPEND_HEAD + "\nSELECT head.change_seq FROM head"
 APPEND_REMEMBERING = (
@@ -167,17 +172,20 @@ CLAIM_SOURCE = (
 # A new session, one statement: $1 tenant, $2 id, $3 instance, $4 now (or the restored createdAt), $5..$10 the
 # header's optional fields, $11 log, $12 count, $13 state, $14 parent log, $15 parent count, $16..$23 the seed's
 # rows (as in an append; empty when they were copied in before), $24 its bytes but the createdAt's digits (or NULL:
-# not known yet). The createdAt is max(now, 1 + the largest given to the tenant) from the tenant's clock row, made on
-# its first create and locked until commit, so that a tenant's creates on every replica follow each other (and other
-# tenants' creates neither wait for it nor show in it). A taken id inserts nothing (and the caller's transaction, if
+# not known yet), $25 when it is acknowledged (by the server's clock: retention counts from it). The createdAt is
+# max(now, 1 + the largest given to the tenant) from the tenant's clock row, made on its first create and locked
+# until commit, so that a tenant's creates on every replica follow each other (and other tenants' creates neither
+# wait for it nor show in it). A taken id inserts nothing (and the caller's transaction, if
 # any, is rolled back).
 _NEW_SESSION = """
 , session AS (
     INSERT INTO forklog_sessions (tenant, id, instance, created_at, cwd, parent_session, seed_length, origin,
-                                  delegation_depth, agent_preset, log, count, state, change_seq, bytes, updated_at)
+                                  delegation_depth, agent_preset, log, count, state, change_seq, bytes, updated_at,
+                                  changed_at)
     SELECT $1, $2, $3, clock.created_at, $5, $6, $7, $8, $9, $10, $11, $12, $13, nextval('forklog_changes'),
            $24::bigint + length(clock.created_at::text),
-           GREATEST(clock.created_at, COALESCE((substring($13::text from '^[[]([0-9]+),'))::bigint, clock.created_at))
+           GREATEST(clock.created_at, COALESCE((substring($13::text from '^[[]([0-9]+),'))::bigint, clock.created_at)),
+           $25
     FROM clock
     ON CONFLICT (tenant, id) DO NOTHING
     RETURNING created_at, change_seq

@@ -14,10 +14,10 @@ seed): the sum fills those in first, once each.
 
 from __future__ import annotations
 
-from app.backends.files.codec import encode_header
 from app.backends.postgres.chains import ChainCache
 from app.backends.postgres.pool import Connection
 from app.backends.postgres.rows import header_of_row
+from app.domain.dsh_records import header_bytes
 from app.domain.limits import TenantLimits, quota_refusal
 from app.domain.session import SessionHeader
 
@@ -46,7 +46,7 @@ JOIN forklog_events e ON e.log = p.log AND e.seq >= p.lo AND e.seq < p.hi
 
 def bytes_without_created_at(header: SessionHeader) -> int:
     """The header line's bytes but the digits of its ``createdAt`` (which the database assigns)."""
-    return len(encode_header(header)) - len(str(header.created_at))
+    return header_bytes(header) - len(str(header.created_at))
 
 
 async def seed_bytes(conn: Connection, chains: ChainCache, log: int, count: int) -> int:
@@ -63,7 +63,7 @@ async def _usage(conn: Connection, chains: ChainCache, tenant: str) -> tuple[int
     sessions, size = int(row["sessions"]), int(row["bytes"])
     if row["unknown"]:
         for unknown in await conn.fetch(_UNKNOWN, tenant):
-            measured = len(encode_header(header_of_row(unknown["id"], unknown))) + await seed_bytes(
+            measured = header_bytes(header_of_row(unknown["id"], unknown)) + await seed_bytes(
                 conn, chains, unknown["log"], unknown["count"]
             )
             # Kept only if no append moved the session meanwhile (one without a quota takes no lock).

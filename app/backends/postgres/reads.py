@@ -36,7 +36,8 @@ CHUNK_EVENTS = 20_000
 
 
 def session_of(key: SessionKey, row: asyncpg.Record) -> Session:
-    return Session(key, header_of_row(key.id, row), head_of(decode_state(row["state"], row["count"], [])))
+    state = decode_state(row["state"], row["count"], [])
+    return Session(key, header_of_row(key.id, row), head_of(state), row["changed_at"])
 
 
 class PostgresReads(PostgresCore):
@@ -146,7 +147,7 @@ class PostgresReads(PostgresCore):
         else:
             nodes = fold_surface(await self._surface(conn, chain, 0, count))
         state = decode_state(row["state"], count, nodes)
-        entry = CachedTip(Session(key, header_of_row(key.id, row), head_of(state)), log, state)
+        entry = CachedTip(Session(key, header_of_row(key.id, row), head_of(state), row["changed_at"]), log, state)
         self._tips.put(key, entry)
         return entry
 

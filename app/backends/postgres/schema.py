@@ -10,8 +10,9 @@ Tables (every name starts with ``forklog_``):
 - ``sessions``: one row per live session, keyed by (tenant, id) (compared byte by byte, ``COLLATE "C"``, so that
   lists are in the same order whatever the database's locale): the header, the log it reads (``log``), its length
   (``count``, the head an append is conditional on), the rules' state after its last event (``state``, JSON without
-  the surface nodes), ``updated_at`` (its last activity, for the order of spec 12) and ``change_seq`` (from a global
-  sequence, for the change poll).
+  the surface nodes), ``updated_at`` (its last activity, for the order of spec 12), ``changed_at`` (when the
+  server acknowledged its last change, by the server's clock: retention counts from it, version 7) and
+  ``change_seq`` (from a global sequence, for the change poll).
 - ``logs``: the stored logs. A session incarnation has its own log; a fork's log starts with the first
   ``parent_count`` events of its ``parent`` log (shared rows, not copies) and holds its own rows from there on.
   ``orphaned_at`` is set when its session is deleted (the sweep reclaims what no live session still reads).
@@ -26,7 +27,8 @@ Tables (every name starts with ``forklog_``):
   for a version-1 replica still running during an upgrade).
 
 - ``search``: per session, the words of its searchable text as a ``tsvector`` (GIN index) and the incarnation and
-  count of events they cover (version 5; :mod:`app.backends.postgres.search`).
+  count of events they cover (version 5; :mod:`app.backends.postgres.search`), each word after its tenant's tag
+  (version 7, which emptied the untagged rows).
 
 - ``state_fill``: the logs whose rows an older forklog wrote without the sidebar's members (version 6), emptied by
   the next start (:mod:`app.backends.postgres.state_fill`).
@@ -177,6 +179,24 @@ MIGRATIONS: tuple[str, ...] = (
         SELECT log FROM forklog_sessions WHERE jsonb_array_length(state::jsonb) = 8
         UNION
         SELECT DISTINCT log FROM forklog_turn_ends WHERE jsonb_array_length(checkpoint::jsonb) = 3;
+    """,
+    # 7: search's words carry their tenant's tag (app.backends.postgres.search), so that no search reaches another
+    # tenant's words: the untagged rows go, and the replicas fill them anew (the index is derived data; sessions
+    # without a row are searched directly meanwhile).
+    """
+    TRUNCATE forklog_search;
+    """,
+    # 8: when the server acknowledged each session's last change (its create, fork or latest append), by its clock:
+    # what retention counts from (spec 14), never the events' times, which a seed may set to anything. A session an
+    # older forklog stored counts from its last activity, or from now where that lies in the future. The default is
+    # for the creates of an older replica still running during the upgrade.
+    """
+    ALTER TABLE forklog_sessions ADD COLUMN changed_at bigint;
+    UPDATE forklog_sessions
+        SET changed_at = LEAST(updated_at, (extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+    ALTER TABLE forklog_sessions ALTER COLUMN changed_at SET NOT NULL;
+    ALTER TABLE forklog_sessions
+        ALTER COLUMN changed_at SET DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

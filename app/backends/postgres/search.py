@@ -1,15 +1,21 @@
 """The search engine on PostgreSQL (spec 12): each session's words as a ``tsvector`` with a GIN index.
 
 One row of ``forklog_search`` per session holds the words of its searchable text exactly as the service cuts them
-(:func:`app.domain.search.words`: runs of letters and digits, in lower case), each one lexeme of its own: the
-vector is made with ``array_to_tsvector``, not by a text search configuration, so PostgreSQL's parser, stemmers
-and stop words never see the text, and a query's words are lexemes of a ``tsquery`` written out quoted (the last as
-a prefix, ``:*``). What the rule calls a word is a lexeme here, whatever its script, digits or punctuation around
-it: the candidates are a superset of the matches among the sessions a row covers. Diacritics do not fold.
+(:func:`app.domain.search.words`: runs of letters and digits, in lower case), each one lexeme of its own after its
+tenant's tag (:func:`app.backends.search.tagged`): the vector is made with ``array_to_tsvector``, not by a text
+search configuration, so PostgreSQL's parser, stemmers and stop words never see the text, and a query's words are
+lexemes of a ``tsquery`` written out quoted (the last as a prefix, ``:*``) after the caller's tag. What the rule
+calls a word is a lexeme here, whatever its script, digits or punctuation around it: the candidates are a superset
+of the matches among the sessions a row covers. Diacritics do not fold.
+
+The tag confines every plan to the caller's tenant: the GIN index is looked up in the range of that tenant's
+lexemes only (a prefix never expands to another tenant's words), and another tenant's row that a plan checks holds
+none of them; no search works in proportion to another tenant's words. Schema version 7 emptied the rows an older
+forklog wrote without tags; the replicas fill them anew (sessions without a row are searched directly meanwhile).
 
 Two limits of ``tsvector`` are kept on the safe side: a word longer than ``WORD_CHARACTERS`` is kept as its first
-``WORD_CHARACTERS`` characters (a query word that long is searched as that prefix), and a row whose words pass
-``VECTOR_BYTES`` keeps none (``words`` NULL): that session is a candidate of every search of its tenant.
+``WORD_CHARACTERS`` characters after the tag (a query word that long is searched as that prefix), and a row whose
+words pass ``VECTOR_BYTES`` keeps none (``words`` NULL): that session is a candidate of every search of its tenant.
 
 The table is shared by every replica, and any of them may write a row: a row is only written over if it still
 covers what its writer read (``instance``, ``count``), and a row is dropped only when its incarnation is gone.
@@ -23,12 +29,13 @@ from typing import Any
 
 from app.backends.errors import Access
 from app.backends.postgres.pool import Connection
-from app.backends.search import IndexedSession, IndexRow, SessionWalk
+from app.backends.search import IndexedSession, IndexRow, SessionWalk, tagged
 from app.domain.session import SessionKey
 
 __all__ = ["VECTOR_BYTES", "WORD_CHARACTERS", "PostgresSearch", "query_text"]
 
-# At most 4 bytes a character: a lexeme stays under tsvector's 2 KiB, a row's lexemes under its 1 MiB.
+# At most 4 bytes a character (the tag's TAG_CHARACTERS are 1 each): a lexeme stays under tsvector's 2 KiB, a row's
+# lexemes under its 1 MiB.
 WORD_CHARACTERS = 500
 VECTOR_BYTES = 1_000_000
 
@@ -94,20 +101,20 @@ def _lexeme(word: str) -> str:
     return word[:WORD_CHARACTERS]
 
 
-def query_text(words: tuple[str, ...]) -> str:
-    """The ``tsquery`` of a query's words, each a quoted lexeme as the index stores it: every word whole, the last
-    (and any cut to ``WORD_CHARACTERS``) as a prefix."""
+def query_text(tenant: str, words: tuple[str, ...]) -> str:
+    """The ``tsquery`` of ``tenant``'s query of ``words``, each a quoted lexeme as the index stores it: every word
+    whole, the last (and any cut to ``WORD_CHARACTERS``) as a prefix."""
     terms = []
-    for number, word in enumerate(words):
+    for number, (word, lexeme) in enumerate(zip(words, tagged(tenant, map(_lexeme, words)), strict=True)):
         prefix = number == len(words) - 1 or len(word) > WORD_CHARACTERS
-        quoted = "'" + _lexeme(word).replace("\\", "\\\\").replace("'", "''") + "'"
+        quoted = "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
         terms.append(quoted + (":*" if prefix else ""))
     return " & ".join(terms)
 
 
 def _shared_columns(rows: list[IndexRow]) -> list[list[Any]]:
     """The columns an insert and an update both write, an array each (one statement writes every row)."""
-    words = [_words_param(row.words) for row in rows]
+    words = [_words_param(row.key.tenant, row.words) for row in rows]
     return [
         [row.key.tenant for row in rows],
         [row.key.id for row in rows],
@@ -118,9 +125,9 @@ def _shared_columns(rows: list[IndexRow]) -> list[list[Any]]:
     ]
 
 
-def _words_param(words: frozenset[str]) -> tuple[str, int]:
-    """The words as one space-separated text (a word holds no space) and the bytes their lexemes take."""
-    lexemes = {_lexeme(word) for word in words}
+def _words_param(tenant: str, words: frozenset[str]) -> tuple[str, int]:
+    """``tenant``'s words as one space-separated text of lexemes (a word holds no space) and the bytes they take."""
+    lexemes = set(tagged(tenant, {_lexeme(word) for word in words}))
     return " ".join(sorted(lexemes)), sum(len(lexeme.encode()) for lexeme in lexemes)
 
 
@@ -178,5 +185,5 @@ class PostgresSearch:
 
     async def candidates(self, tenant: str, words: tuple[str, ...]) -> set[str]:
         async with self._connection(Access.READ) as conn:
-            rows = await conn.fetch(_CANDIDATES, tenant, query_text(words))
+            rows = await conn.fetch(_CANDIDATES, tenant, query_text(tenant, words))
         return {row["id"] for row in rows}

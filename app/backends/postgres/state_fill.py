@@ -4,7 +4,9 @@ Before spec 12 a session row's ``state`` held 8 columns and a ``turn/end``'s che
 log (``body_bytes``), nor its title and preview (and their seqs). Migration 6 lists the logs that hold such rows in
 ``forklog_state_fill``; a start reads each listed log's events once (its fork chain included) and writes the
 missing columns, before the backend serves: an old session then reads, lists, searches, forks and appends as a new
-one. Replicas starting together share the list (``SKIP LOCKED``) and each waits until it is empty.
+one. Replicas starting together share the list (``SKIP LOCKED``) and each waits until it is empty. A batch leaves
+the list in the transaction that fills it: a start cut short by an outage (which the start waits out and then runs
+again) finds the logs of the batches committed so far done, and fills the rest.
 """
 
 from __future__ import annotations

@@ -1073,13 +1073,15 @@ export interface components {
         ReadLineage503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
         /**
          * Ready
-         * @description The counts and the corrupt sessions only for an admin key (or with no keys file).
+         * @description Every tenant's counts and corrupt list to an admin key; its tenant's counts to another key; no key: status.
          */
         Ready: {
             /** @constant */
             status: "ready";
+            /** @description live sessions: of every tenant for an admin key, else of the key's tenant */
             sessions?: number | null;
-            corrupt?: components["schemas"]["CorruptSession"][] | null;
+            /** @description the sessions kept out of service: every tenant's, listed, for an admin key; for another key, how many of its tenant's */
+            corrupt?: components["schemas"]["CorruptSession"][] | number | null;
         };
         /**
          * ReplaceOp

@@ -80,10 +80,10 @@ class FileStore:
         return appended.events, appended.lines, appended.session
 
     async def fork(self, source_id: str, **kwargs: Any) -> Session:
-        return await self.service.fork(self.key(source_id), **kwargs)
+        return await self.service.forks.fork(self.key(source_id), **kwargs)
 
     async def snapshot_lines(self, source_id: str, **kwargs: Any) -> bytes:
-        snapshot = await self.service.snapshot(self.key(source_id), **kwargs)
+        snapshot = await self.service.forks.snapshot(self.key(source_id), **kwargs)
         return b"".join([chunk async for chunk in snapshot.seed])
 
     async def delete(self, session_id: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,8 @@ import pytest
 from app.api.wire import session_json
 from app.backends.errors import DataDirLocked
 from app.backends.files import FileBackend
-from app.backends.files.codec import decode_line
 from app.domain.clock import wall_clock_ms
+from app.domain.dsh_records import decode_line
 from app.domain.errors import ErrorCode, ForklogError
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import REPO, FileStore, OpenStore, observe, session_file
@@ -456,6 +457,29 @@ def write_session(data_dir: Path, open_store: OpenStore, session_id: str, events
         return session_file(data_dir, session_id).read_bytes()
 
     return asyncio.run(run())
+
+
+def test_a_start_counts_a_sessions_last_change_from_its_file_and_a_cut_tail_keeps_it(
+    data_dir: Path, open_store: OpenStore
+) -> None:
+    """Retention counts from the last change the server acknowledged (spec 14): after a restart, the time its file
+    was last written, not the start's; and cutting away a torn tail, never acknowledged, changes nothing of it."""
+    committed = write_session(data_dir, open_store, "torn", b.open_turn(1))
+    path = session_file(data_dir, "torn")
+    path.write_bytes(committed + b'{"type":"assistant/chunk","seq":6,"ti')
+    an_hour_ago_ms = wall_clock_ms() - 3_600_000
+    os.utime(path, ns=(an_hour_ago_ms * 1_000_000, an_hour_ago_ms * 1_000_000))
+
+    async def next_life() -> int:
+        store = await open_store(data_dir)
+        changed_at = store.get("torn").view().changed_at
+        await store.close()
+        return changed_at
+
+    assert asyncio.run(next_life()) == an_hour_ago_ms
+    assert path.read_bytes() == committed, "the torn tail is truncated away"
+    assert path.stat().st_mtime_ns // 1_000_000 == an_hour_ago_ms
+    assert asyncio.run(next_life()) == an_hour_ago_ms
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,11 @@ import pytest
 
 from app.backends.base import SeedLog, SeedPrefix
 from app.backends.files import FileBackend
+from app.domain.clock import wall_clock_ms
 from app.domain.ids import new_instance
 from app.domain.listing import PageRequest
 from app.domain.log import seed_log
 from app.domain.session import SessionKey
-from app.service.sessions import wall_clock_ms
 from tests.backends.files.faulty_ops import FaultyFileOps
 from tests.backends.test_contract import NOW, turn
 

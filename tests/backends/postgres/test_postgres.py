@@ -227,6 +227,7 @@ async def test_a_version_1_database_starts_each_tenants_clock_at_its_largest_cre
     await scalar(forklog_db, "ALTER TABLE forklog_sessions DROP COLUMN updated_at")  # and 4's (its index with it)
     await scalar(forklog_db, "DROP TABLE forklog_search")  # and 5's
     await scalar(forklog_db, "DROP TABLE forklog_state_fill")  # and 6's
+    await scalar(forklog_db, "ALTER TABLE forklog_sessions DROP COLUMN changed_at")  # and 8's
     await scalar(forklog_db, "UPDATE forklog_schema SET version = 1")
     backend = await open_stopped(forklog_db, opened)
     assert await scalar(forklog_db, "SELECT version FROM forklog_schema") == SCHEMA_VERSION
@@ -236,6 +237,31 @@ async def test_a_version_1_database_starts_each_tenants_clock_at_its_largest_cre
     assert made.header.created_at == NOW + 52
     made = await backend.create(SessionKey("c", "first"), new_instance(), {}, SeedLog(seed_log([], now=NOW)))
     assert made.header.created_at == NOW
+
+
+async def test_a_version_6_database_counts_each_sessions_last_change_from_its_activity_never_the_future(
+    forklog_db: str, opened: list[PostgresBackend]
+) -> None:
+    """Retention counts from the last change the server acknowledged (spec 14), a column version 8 adds: a session an
+    older forklog stored counts from its last activity, or from the upgrade where that lies in the future."""
+    backend = await open_on(forklog_db, opened)
+    year_2100_ms = 4_102_444_800_000
+    timed = {"past": NOW, "future": year_2100_ms}
+    for session_id, first_time in timed.items():
+        seed = [{**event, "seq": seq, "time": first_time + seq} for seq, event in enumerate(turn(1))]
+        await backend.create(key(session_id), new_instance(), {}, SeedLog(seed_log(seed, now=NOW)))
+    await backend.close()
+    opened.clear()
+    await scalar(forklog_db, "ALTER TABLE forklog_sessions DROP COLUMN changed_at")  # what version 7 left
+    await scalar(forklog_db, "UPDATE forklog_schema SET version = 7")
+    upgraded_at = wall_clock_ms()
+
+    backend = await open_on(forklog_db, opened)
+
+    past, future = [await backend.find(key(session_id)) for session_id in timed]
+    assert past is not None and future is not None
+    assert past.changed_at == past.updated_at == past.header.created_at < upgraded_at
+    assert upgraded_at <= future.changed_at <= wall_clock_ms() < future.updated_at
 
 
 async def test_other_replicas_changes_are_reported_and_own_ones_are_not(

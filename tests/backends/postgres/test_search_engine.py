@@ -20,7 +20,8 @@ from app.api.app import create_app
 from app.api.settings import Settings
 from app.backends.errors import Access
 from app.backends.postgres import PostgresBackend
-from app.backends.postgres.search import WORD_CHARACTERS, PostgresSearch
+from app.backends.postgres.schema import SCHEMA_VERSION
+from app.backends.postgres.search import WORD_CHARACTERS, PostgresSearch, query_text
 from app.backends.search import IndexRow
 from app.domain.clock import wall_clock_ms
 from app.domain.search import Query, SearchText
@@ -157,6 +158,43 @@ async def test_very_long_words_and_very_many_words_are_still_found(engine: Postg
     assert await engine.candidates("default", (long_word, "tai")) == {"long", "many"}
     assert await engine.candidates("default", ("tail", "ab")) == {"long", "many"}
     assert await engine.candidates("default", ("nothing",)) == {"many"}  # kept without words: always a candidate
+
+
+async def test_another_tenants_words_are_not_what_a_search_matches(engine: PostgresSearch, forklog_db: str) -> None:
+    """Spec 9: the tsquery of b's search matches none of a's lexemes, so no plan (the GIN index's range of a
+    prefix, or a check of each row) does work for a's matches and drops them after."""
+    secrets = frozenset(f"acmesecret{number:06d}" for number in range(10_000))
+    assert await engine.write([IndexRow(SessionKey("a", "vault"), ("i", 1), secrets, True, None)], []) == set()
+
+    conn = await asyncpg.connect(forklog_db)
+    try:
+        every_tenant = "SELECT count(*) FROM forklog_search WHERE words @@ $1::tsquery"
+        assert await conn.fetchval(every_tenant, query_text("b", ("acmesec",))) == 0
+        assert await conn.fetchval(every_tenant, query_text("a", ("acmesec",))) == 1
+    finally:
+        await conn.close()
+    assert await engine.candidates("a", ("acmesecret004",)) == {"vault"}
+    assert await engine.candidates("b", ("acmesec",)) == set()
+
+
+async def test_an_upgrade_empties_the_rows_an_older_forklog_wrote_without_tags(forklog_db: str) -> None:
+    backend = PostgresBackend(forklog_db, clock=wall_clock_ms)
+    await backend.open()
+    await backend.close()
+    conn = await asyncpg.connect(forklog_db)
+    try:
+        # What schema version 6 wrote: the words as they are, no tag.
+        await conn.execute(
+            "INSERT INTO forklog_search (tenant, id, instance, count, size, words) "
+            "VALUES ('default', 'old', 'i', 1, 7, array_to_tsvector(array['harbour']))"
+        )
+        await conn.execute("UPDATE forklog_schema SET version = $1", SCHEMA_VERSION - 1)
+        again = PostgresBackend(forklog_db, clock=wall_clock_ms)
+        await again.open()
+        await again.close()
+        assert await conn.fetchval("SELECT count(*) FROM forklog_search") == 0  # indexed anew by the replicas
+    finally:
+        await conn.close()
 
 
 async def test_a_row_another_replica_changed_meanwhile_is_not_written_over(engine: PostgresSearch) -> None:

@@ -9,7 +9,7 @@ from app.domain.session import LogHead, Session, SessionHeader, SessionKey
 
 def entry(session_id: str, *, log: int = 1, count: int = 0, nodes: int = 0) -> CachedTip:
     key = SessionKey("default", session_id)
-    session = Session(key, SessionHeader(id=session_id, created_at=1, instance="i"), LogHead(count))
+    session = Session(key, SessionHeader(id=session_id, created_at=1, instance="i"), LogHead(count), 1)
     return CachedTip(session, log, LogState(count=count, nodes=list(range(nodes))))
 
 

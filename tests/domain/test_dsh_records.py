@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.backends.files.codec import (
+from app.domain.dsh_records import (
     MalformedRecord,
     canonical_header,
     decode_line,

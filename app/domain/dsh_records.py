@@ -24,6 +24,7 @@ __all__ = [
     "decode_line",
     "encode_header",
     "expand_record",
+    "header_bytes",
     "header_from_record",
     "header_problem",
     "loads_stored",
@@ -55,6 +56,11 @@ def header_record(header: SessionHeader) -> dict[str, Any]:
 
 def encode_header(header: SessionHeader) -> bytes:
     return orjson.dumps(header_record(header)) + b"\n"
+
+
+def header_bytes(header: SessionHeader) -> int:
+    """The bytes of a session's header line as ``export`` writes it: with its event lines, a session's ``bytes``."""
+    return len(encode_header(header))
 
 
 # The header line as forklog writes it, for the common fields: matched, it needs no JSON parse and no check beyond

@@ -6,7 +6,7 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from app.api.settings import Settings
-from app.backends.postgres.target import DatabaseTarget, InvalidDatabaseUrl, redact
+from app.backends.database_url import DatabaseTarget, InvalidDatabaseUrl, redact
 
 MULTI = "postgresql://forklog:s3cret@db1:5432,db2:5433/forklog?target_session_attrs=read-write"
 

@@ -5,6 +5,9 @@ only ever uses a server that takes writes (the primary). ``target_session_attrs`
 ``primary``; a value that could pick a standby (``any``, ``prefer-standby``, ``standby``, ``read-only``) is refused.
 With several hosts and no ``target_session_attrs``, forklog uses ``read-write`` (libpq's default, ``any``, would
 write to whichever host answered first, a standby included).
+
+It sits beside the seam rather than in the PostgreSQL backend: the settings check a URL with it, and the layers
+above reach no backend's insides (import-linter holds them to it).
 """
 
 from __future__ import annotations

@@ -100,11 +100,17 @@ def _event(role: EventRole, kind: CoreType) -> Schema:
     properties["ignorable"] = {"type": "boolean", "const": True}
     required = ("type", *role.required, "data")
     if kind.surface:
-        seqs: Schema = {"type": "array", "items": SEQ, "uniqueItems": True}
+        # No uniqueItems: openapi-generator's typescript-fetch types such an array as a Set, which its client sends
+        # as {} (JSON.stringify of a Set) once the runtime checks that nested event unions defeat are off. The
+        # server refuses a repeated seq all the same, as the description says.
+        seqs: Schema = {"type": "array", "items": SEQ}
         if not kind.empty_sources:
             seqs["minItems"] = 1
         properties["surfaceOp"] = ref("SurfaceOp")
-        properties["sourceEventSeqs"] = {**seqs, "description": "earlier events this one was made from"}
+        properties["sourceEventSeqs"] = {
+            **seqs,
+            "description": "the distinct seqs of earlier events this one was made from (a repeated seq is refused)",
+        }
         required = (*required, "surfaceOp")
     return _object(properties, required, open_=False, description=kind.description)
 

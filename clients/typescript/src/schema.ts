@@ -298,7 +298,7 @@ export interface components {
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
         /**
@@ -714,7 +714,7 @@ export interface components {
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
         /**
@@ -853,7 +853,7 @@ export interface components {
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
         /**
@@ -898,7 +898,7 @@ export interface components {
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
         /**
@@ -1212,7 +1212,7 @@ export interface components {
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
         /**
@@ -1378,7 +1378,7 @@ export interface components {
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
         /**
@@ -1432,7 +1432,7 @@ export interface components {
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
         /**
@@ -1845,7 +1845,7 @@ export interface components {
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
         /** TurnEndData */
@@ -1952,7 +1952,7 @@ export interface components {
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
     };

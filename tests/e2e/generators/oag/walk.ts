@@ -93,7 +93,7 @@ async function main(): Promise<void> {
   const replaced = await api.appendEvents({ id: CHILD, appendRequest: { events: [{
           type: "user/message",
           surfaceOp: { op: "replace", start: 1, end: 1 },
-          sourceEventSeqs: new Set([1]), // uniqueItems: a Set in this generator's types
+          sourceEventSeqs: [1],
           data: { id: "u1b", role: "user", content: [{ type: "text", text: "Hello, edited" }], source: { kind: "user" } },
         }] } });
   const replacement = replaced.events[0];

@@ -27,7 +27,6 @@ from app.api.route_table import RouteSpec
 from app.api.schemas import (
     event_schemas,
     field_error_schema,
-    message_schemas,
     meta_schema,
     problem_name,
     problem_schemas,
@@ -343,7 +342,6 @@ def build_document(app: FastAPI) -> dict[str, Any]:
     components: dict[str, Schema] = schema.get("components", {}).get("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         components.pop(unused, None)
-    components.update(message_schemas())
     components.update(event_schemas())
     components["CreateMeta"] = meta_schema()
     # A schema for each code some operation answers (NOT_FOUND and METHOD_NOT_ALLOWED answer no operation's path).

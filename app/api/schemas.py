@@ -2,12 +2,14 @@
 generated clients) and are never used to parse a request: bodies are checked by :mod:`app.api.requests`, so that
 events reach the domain exactly as sent.
 
-The events of spec 1.2 are described as JSON Schema from one table, :data:`EVENT_TYPES`: one schema per core type
-(its ``data`` shape), for each of the three roles an event plays (appended, stored, in a seed), joined in a ``oneOf``
-on ``type`` with an open schema for every other type. The schemas say what the rules check of each shape and no
-more (a member the rules leave open stays open), so a client built from them never refuses a stored event, and the
-relational rules (turn numbers, open steps, unanswered calls) stay the server's. The answers are pydantic models,
-whose members refer to those schemas by name.
+The events are published from the domain's one vocabulary (:data:`app.domain.event_shapes.CORE_TYPES` and the shapes
+of :mod:`app.domain.shape_schemas`): for each of the three roles an event plays (appended, stored, in a seed), one
+schema per core type, joined in a ``CoreEvent`` ``oneOf`` discriminated on ``type`` (every member mapped), and the
+role's union, ``oneOf`` that and an open ``OtherEvent`` whose ``type`` is any other string. The open schema stays out
+of the discriminated union: a discriminator maps a value to a schema, so an unmapped member would be read as the
+value of its own name (OpenAPI 3.1's implicit mapping, which generators follow), and no mapping can name "any other
+string". The two members of the outer union exclude each other by ``type`` (``not`` ``enum``). The answers are
+pydantic models, whose members refer to those schemas by name.
 """
 
 from __future__ import annotations
@@ -19,16 +21,16 @@ from pydantic import BaseModel, Field, WithJsonSchema, create_model
 
 from app.api.problems import PROBLEMS, ProblemSpec
 from app.domain.errors import ErrorCode
-from app.domain.event_shapes import MAX_TYPE_LENGTH, STORAGE_TAGS
+from app.domain.event_shapes import CORE_TYPES, MAX_TYPE_LENGTH, REFUSED_TYPES, CoreType
 from app.domain.jsonvalue import MAX_SAFE_INTEGER
 from app.domain.session import HEADER_FIELDS
+from app.domain.shape_schemas import ANY_JSON, NUMBER_FROM_ONE, SEQ, SHAPE_ROOT, SHAPES, TEXT, TIME, Schema
+from app.domain.shape_schemas import json_object as _object
 
 __all__ = [
-    "EVENT_TYPES",
     "FACT_SCHEMAS",
     "AppendResponse",
     "EventRole",
-    "EventType",
     "EventsPage",
     "Health",
     "History",
@@ -39,7 +41,6 @@ __all__ = [
     "SnapshotOut",
     "event_schemas",
     "field_error_schema",
-    "message_schemas",
     "meta_schema",
     "problem_name",
     "problem_schema",
@@ -47,161 +48,26 @@ __all__ = [
     "ref",
 ]
 
-Schema = dict[str, Any]
+COMPONENTS = "#/components/schemas/"
 
 
 def ref(name: str) -> Schema:
-    return {"$ref": f"#/components/schemas/{name}"}
+    return {"$ref": f"{COMPONENTS}{name}"}
 
 
-def _object(properties: Schema, required: tuple[str, ...], *, open_: bool, description: str = "") -> Schema:
-    schema: Schema = {"type": "object"}
-    if description:
-        schema["description"] = description
-    schema["properties"] = properties
-    if required:
-        schema["required"] = list(required)
-    schema["additionalProperties"] = open_
-    return schema
-
-
-SEQ: Schema = {"type": "integer", "minimum": 0, "maximum": MAX_SAFE_INTEGER}
-TIME: Schema = {"type": "integer", "minimum": -MAX_SAFE_INTEGER, "maximum": MAX_SAFE_INTEGER}
-NUMBER_FROM_ONE: Schema = {"type": "integer", "minimum": 1, "maximum": MAX_SAFE_INTEGER}
-TEXT: Schema = {"type": "string"}
-NON_EMPTY_TEXT: Schema = {"type": "string", "minLength": 1}
-ANY_JSON: Schema = {"description": "any JSON value"}
-
-# -- messages (spec 1.2: a message; 1.3: the model history) ---------------------------------------------------------
-
-
-def message_schemas() -> dict[str, Schema]:
-    """``Message`` and its parts. The rules check a message's ``id``, ``role``, ``content`` (an array) and
-    ``source.kind``; a content block is described as DSH writes one (an object with a ``type``), its other members
-    open."""
-    return {
-        "ContentBlock": _object(
-            {"type": {**TEXT, "description": 'the block\'s kind: "text", "tool-result", ...'}, "text": TEXT},
-            ("type",),
-            open_=True,
-            description="one block of a message's content: a text block carries `text`, other kinds their own members",
-        ),
-        "MessageSource": _object(
-            {
-                "kind": {**NON_EMPTY_TEXT, "description": '"user", "model", "tool", ...'},
-                "provider": TEXT,
-                "model": TEXT,
-                "callId": TEXT,
-            },
-            ("kind",),
-            open_=True,
-            description="who made a message: a model's names its provider and model, a tool result's its callId",
-        ),
-        "Message": _object(
-            {
-                "id": NON_EMPTY_TEXT,
-                "role": {**TEXT, "description": '"user" or "assistant"'},
-                "content": {"type": "array", "items": ref("ContentBlock")},
-                "source": ref("MessageSource"),
-            },
-            ("id", "role", "content", "source"),
-            open_=True,
-            description="a message of the model history, as user/message, assistant/message and tool/result carry it",
-        ),
-        "ReplaceOp": _object(
-            {"op": {"type": "string", "const": "replace"}, "start": SEQ, "end": SEQ},
-            ("op", "start", "end"),
-            open_=False,
-            description="replace the current surface nodes from seq start through seq end with this event's message",
-        ),
-        # openapi-python-client (0.29) checks a const member of a union outside its try/except: the object comes
-        # first, or its clients fail to parse an event that carries a replace.
-        "SurfaceOp": {
-            "description": 'how a surface event changes the model history: "append", or a replace',
-            "oneOf": [ref("ReplaceOp"), {"type": "string", "const": "append"}],
-        },
-    }
+def _published(node: Any) -> Any:
+    """A domain shape as the document holds it: its references to other shapes point into the components."""
+    if isinstance(node, list):
+        return [_published(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    target = node.get("$ref")
+    if isinstance(target, str) and target.startswith(SHAPE_ROOT):
+        return ref(target.removeprefix(SHAPE_ROOT))
+    return {key: _published(value) for key, value in node.items()}
 
 
 # -- events (spec 1.1, 1.2) ------------------------------------------------------------------------------------------
-
-
-def _turn_step(**more: Schema) -> tuple[Schema, tuple[str, ...]]:
-    return {"turn": NUMBER_FROM_ONE, "step": NUMBER_FROM_ONE, **more}, ("turn", "step", *more)
-
-
-_TOOL_CALL, _TOOL_CALL_REQUIRED = _turn_step(callId=NON_EMPTY_TEXT, name=TEXT, arguments=TEXT)
-_CHUNK, _CHUNK_REQUIRED = _turn_step(chunk={"type": "object", "additionalProperties": True})
-_WITH_MESSAGE, _WITH_MESSAGE_REQUIRED = _turn_step(message=ref("Message"))
-_STEP, _STEP_REQUIRED = _turn_step()
-
-# The shapes of ``data`` that more than one type shares, or that have parts of their own.
-DATA_SCHEMAS: dict[str, Schema] = {
-    "TurnStartData": _object({"turn": NUMBER_FROM_ONE}, ("turn",), open_=True),
-    "TurnEndReason": _object(
-        {"kind": {**TEXT, "description": "completed, aborted, blocked, error, max-tokens, interrupted, or another"}},
-        ("kind",),
-        open_=True,
-    ),
-    "TurnEndData": _object({"turn": NUMBER_FROM_ONE, "reason": ref("TurnEndReason")}, ("turn", "reason"), open_=True),
-    "StepData": _object(_STEP, _STEP_REQUIRED, open_=True),
-    "AssistantChunkData": _object(_CHUNK, _CHUNK_REQUIRED, open_=True),
-    "AssistantMessageData": _object(_WITH_MESSAGE, _WITH_MESSAGE_REQUIRED, open_=True),
-    "ToolCallData": _object(_TOOL_CALL, _TOOL_CALL_REQUIRED, open_=True),
-    "ToolResultData": _object(
-        _WITH_MESSAGE,
-        _WITH_MESSAGE_REQUIRED,
-        open_=True,
-        description="message.content is exactly one block {type: tool-result, toolCallId, content: [...]}",
-    ),
-    "RequestConfig": _object(
-        {"provider": NON_EMPTY_TEXT, "model": NON_EMPTY_TEXT, "reasoningEffort": NON_EMPTY_TEXT},
-        ("provider", "model"),
-        open_=True,
-    ),
-    "AdapterDefaults": _object(
-        {"reasoningEffort": {"type": "boolean", "const": True}, "maxTokens": {"type": "boolean", "const": True}},
-        (),
-        open_=False,
-        description="each marker only where the matching config field is set",
-    ),
-    "RequestHeader": _object(
-        {"config": ref("RequestConfig"), "adapterDefaults": ref("AdapterDefaults")}, ("config",), open_=True
-    ),
-    "RequestHeaderData": _object(
-        {"header": ref("RequestHeader")}, ("header",), open_=True, description='data.reason is not "fallback"'
-    ),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class EventType:
-    """One type of the core vocabulary: its schemas' stem, its ``data`` schema, whether it is a surface event."""
-
-    type: str
-    stem: str
-    data: Schema
-    surface: bool = False
-    description: str = ""
-
-
-EVENT_TYPES: tuple[EventType, ...] = (
-    EventType("turn/start", "TurnStart", ref("TurnStartData"), description="opens turn data.turn (1, 2, 3, ...)"),
-    EventType("turn/end", "TurnEnd", ref("TurnEndData"), description="closes the open turn: a fork boundary"),
-    EventType("step/start", "StepStart", ref("StepData"), description="opens step data.step of the open turn"),
-    EventType("step/end", "StepEnd", ref("StepData"), description="closes the open step"),
-    EventType("user/message", "UserMessage", ref("Message"), True, "a user's message (role user)"),
-    EventType("assistant/chunk", "AssistantChunk", ref("AssistantChunkData"), description="a streamed piece"),
-    EventType("assistant/message", "AssistantMessage", ref("AssistantMessageData"), True, "the model's message"),
-    EventType("tool/call", "ToolCall", ref("ToolCallData"), description="a tool call of the open step"),
-    EventType("tool/result", "ToolResult", ref("ToolResultData"), True, "a tool call's result (role user)"),
-    EventType("request/header", "RequestHeader", ref("RequestHeaderData"), description="inside a turn"),
-    EventType("todo/write", "TodoWrite", ANY_JSON, description="inside a turn; data is not checked"),
-    EventType("request/context", "RequestContext", ANY_JSON, description="inside a turn; data is not checked"),
-    EventType("session/end-seed", "SessionEndSeed", ANY_JSON, description="anywhere; data is not checked"),
-)
-# Types no event may have: the open schema for "any other type" leaves them out too.
-_REFUSED_TYPES = ("request/header-delta", *sorted(STORAGE_TAGS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,22 +94,29 @@ EVENT_ROLES: tuple[EventRole, ...] = (
 )
 
 
-def _event(role: EventRole, kind: EventType) -> Schema:
-    properties: Schema = {"type": {"type": "string", "const": kind.type}, **role.envelope, "data": kind.data}
+def _event(role: EventRole, kind: CoreType) -> Schema:
+    data = _published(kind.data)
+    properties: Schema = {"type": {"type": "string", "const": kind.type}, **role.envelope, "data": data}
     properties["ignorable"] = {"type": "boolean", "const": True}
     required = ("type", *role.required, "data")
     if kind.surface:
-        seqs: Schema = {"type": "array", "items": SEQ, "uniqueItems": True}
-        if kind.type != "assistant/message":
+        # No uniqueItems: openapi-generator's typescript-fetch types such an array as a Set, which its client sends
+        # as {} (JSON.stringify of a Set) once the runtime checks that nested event unions defeat are off. The
+        # server refuses a repeated seq all the same, as the description says.
+        seqs: Schema = {"type": "array", "items": SEQ}
+        if not kind.empty_sources:
             seqs["minItems"] = 1
         properties["surfaceOp"] = ref("SurfaceOp")
-        properties["sourceEventSeqs"] = {**seqs, "description": "earlier events this one was made from"}
+        properties["sourceEventSeqs"] = {
+            **seqs,
+            "description": "the distinct seqs of earlier events this one was made from (a repeated seq is refused)",
+        }
         required = (*required, "surfaceOp")
     return _object(properties, required, open_=False, description=kind.description)
 
 
 def _other_event(role: EventRole) -> Schema:
-    known = [kind.type for kind in EVENT_TYPES] + list(_REFUSED_TYPES)
+    known = [kind.type for kind in CORE_TYPES] + sorted(REFUSED_TYPES)
     type_schema: Schema = {"type": "string", "minLength": 1, "maxLength": MAX_TYPE_LENGTH, "not": {"enum": known}}
     properties: Schema = {"type": type_schema, **role.envelope, "data": ANY_JSON}
     properties["ignorable"] = {"type": "boolean", "const": True}
@@ -256,18 +129,23 @@ def _other_event(role: EventRole) -> Schema:
 
 
 def event_schemas() -> dict[str, Schema]:
-    """Every event schema: the data shapes, then per role one schema per core type, the open one and their union."""
-    schemas: dict[str, Schema] = dict(DATA_SCHEMAS)
+    """Every event schema: the vocabulary's shapes, then per role one schema per core type, their discriminated
+    union, the open schema and the role's union of those two."""
+    schemas: dict[str, Schema] = {name: _published(schema) for name, schema in SHAPES.items()}
     for role in EVENT_ROLES:
-        members = []
-        for kind in EVENT_TYPES:
+        mapping: dict[str, str] = {}
+        for kind in CORE_TYPES:
             name = f"{role.prefix}{kind.stem}Event"
             schemas[name] = _event(role, kind)
-            members.append(ref(name))
-        other = f"{role.prefix}OtherEvent"
+            mapping[kind.type] = ref(name)["$ref"]
+        core, other = f"{role.prefix}CoreEvent", f"{role.prefix}OtherEvent"
+        schemas[core] = {
+            "description": f"{role.description}; its type is one of the core vocabulary's, its data that type's shape",
+            "oneOf": [{"$ref": target} for target in mapping.values()],
+            "discriminator": {"propertyName": "type", "mapping": mapping},
+        }
         schemas[other] = _other_event(role)
-        members.append(ref(other))
-        schemas[role.union] = {"description": role.description, "oneOf": members}
+        schemas[role.union] = {"description": role.description, "oneOf": [ref(core), ref(other)]}
     return schemas
 
 

@@ -1,26 +1,39 @@
 """The shapes events must have (spec 1.4): a well-formed ``type``, and the members each type of the core vocabulary
 needs. The relations between events (turns, steps, calls) are :mod:`app.domain.events`' part.
+
+The core vocabulary (spec 1.2) is :data:`CORE_TYPES`, written once: each type with the check of its ``data`` and that
+shape as JSON Schema (:mod:`app.domain.shape_schemas`). The rules check by it and the OpenAPI document is made from
+it (:mod:`app.api.schemas`), so a type added here is checked and documented alike.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from app.domain.jsonvalue import UNDEFINED, strict_equal
+from app.domain.shape_schemas import ANY_JSON, Schema, shape
 
 __all__ = [
     "CHECKED_TYPES",
+    "CORE_TYPES",
+    "EMPTY_SOURCES_TYPES",
     "MAX_TYPE_LENGTH",
+    "REFUSED_TYPES",
     "STORAGE_TAGS",
     "SURFACE_TYPES",
+    "CoreType",
     "Rejected",
     "check_shapes",
     "check_type",
     "known_type",
 ]
 
-SURFACE_TYPES = frozenset({"user/message", "assistant/message", "tool/result"})
 STORAGE_TAGS = frozenset({"session", "text-chunks", "reasoning-chunks", "tool-call-chunks"})
+LEGACY_HEADER_DELTA = "request/header-delta"
+# Types no event may have: the storage tags of the log format, and a legacy type DSH no longer writes.
+REFUSED_TYPES = frozenset({LEGACY_HEADER_DELTA, *STORAGE_TAGS})
 MAX_TYPE_LENGTH = 256
 
 _ADAPTER_KEYS = frozenset({"reasoningEffort", "maxTokens"})
@@ -50,7 +63,7 @@ def check_type(kind: Any) -> None:
         raise Rejected(f"'type' is {len(kind)} characters long; at most {MAX_TYPE_LENGTH} are allowed")
     if kind in STORAGE_TAGS:
         raise Rejected(f"{kind!r} is a storage tag of the log format, not an event type")
-    if kind == "request/header-delta":
+    if kind == LEGACY_HEADER_DELTA:
         raise Rejected("request/header-delta is the unsupported legacy format; send a full request/header")
     if len(CHECKED_TYPES) < _CHECKED_TYPES_LIMIT:
         CHECKED_TYPES[kind] = kind
@@ -69,29 +82,39 @@ def _has_provider_model(value: Any) -> bool:
     )
 
 
-def check_shapes(event: dict[str, Any]) -> None:
-    kind = event["type"]
-    data = event["data"]
-    if kind in SURFACE_TYPES:
-        _message_shape(kind, data)
-    elif kind == "request/header":
-        _request_header_shape(data)
-    elif kind == "turn/end":
-        reason = data.get("reason") if isinstance(data, dict) else None
-        if not isinstance(reason, dict) or not isinstance(reason.get("kind"), str):
-            raise Rejected('turn/end needs data.reason, an object with a string kind such as {"kind": "completed"}')
-    elif kind == "tool/call":
-        if not isinstance(data, dict):
-            raise Rejected("tool/call needs data {turn, step, callId, name, arguments}")
-        call_id = data.get("callId")
-        if not isinstance(call_id, str) or call_id == "":
-            raise Rejected("tool/call needs data.callId, a non-empty string")
-        if not isinstance(data.get("name"), str):
-            raise Rejected("tool/call needs data.name, a string")
-        if not isinstance(data.get("arguments"), str):
-            raise Rejected("tool/call needs data.arguments, a string (the raw JSON text of the arguments)")
-    elif kind == "assistant/chunk" and not (isinstance(data, dict) and isinstance(data.get("chunk"), dict)):
+def _turn_end(data: Any) -> None:
+    reason = data.get("reason") if isinstance(data, dict) else None
+    if not isinstance(reason, dict) or not isinstance(reason.get("kind"), str):
+        raise Rejected('turn/end needs data.reason, an object with a string kind such as {"kind": "completed"}')
+
+
+def _tool_call(data: Any) -> None:
+    if not isinstance(data, dict):
+        raise Rejected("tool/call needs data {turn, step, callId, name, arguments}")
+    call_id = data.get("callId")
+    if not isinstance(call_id, str) or call_id == "":
+        raise Rejected("tool/call needs data.callId, a non-empty string")
+    if not isinstance(data.get("name"), str):
+        raise Rejected("tool/call needs data.name, a string")
+    if not isinstance(data.get("arguments"), str):
+        raise Rejected("tool/call needs data.arguments, a string (the raw JSON text of the arguments)")
+
+
+def _assistant_chunk(data: Any) -> None:
+    if not (isinstance(data, dict) and isinstance(data.get("chunk"), dict)):
         raise Rejected("assistant/chunk needs data.chunk, an object")
+
+
+def _user_message(data: Any) -> None:
+    _message_shape("user/message", data)
+
+
+def _assistant_message(data: Any) -> None:
+    _message_shape("assistant/message", data)
+
+
+def _tool_result(data: Any) -> None:
+    _message_shape("tool/result", data)
 
 
 def _message_shape(kind: str, data: Any) -> None:
@@ -159,3 +182,83 @@ def _request_header_shape(data: Any) -> None:
         )
     if isinstance(data, dict) and strict_equal(data.get("reason", UNDEFINED), "fallback"):
         raise Rejected('request/header reason "fallback" is the unsupported legacy format')
+
+
+# -- the core vocabulary (spec 1.2) ----------------------------------------------------------------------------------
+
+DataCheck = Callable[[Any], None]
+
+
+@dataclass(frozen=True, slots=True)
+class CoreType:
+    """One type of the core vocabulary: its name, its schemas' stem, the shape of its ``data`` and the check the
+    rules run on it (None: not checked), whether it is a surface event (spec 1.3) and, if so, whether its
+    ``sourceEventSeqs`` may be empty."""
+
+    type: str
+    stem: str
+    data: Schema
+    check: DataCheck | None = None
+    surface: bool = False
+    empty_sources: bool = False
+    description: str = ""
+
+
+CORE_TYPES: tuple[CoreType, ...] = (
+    CoreType("turn/start", "TurnStart", shape("TurnStartData"), description="opens turn data.turn (1, 2, 3, ...)"),
+    CoreType(
+        "turn/end", "TurnEnd", shape("TurnEndData"), _turn_end, description="closes the open turn: a fork boundary"
+    ),
+    CoreType("step/start", "StepStart", shape("StepData"), description="opens step data.step of the open turn"),
+    CoreType("step/end", "StepEnd", shape("StepData"), description="closes the open step"),
+    CoreType(
+        "user/message", "UserMessage", shape("Message"), _user_message, True, description="a user's message (role user)"
+    ),
+    CoreType(
+        "assistant/chunk",
+        "AssistantChunk",
+        shape("AssistantChunkData"),
+        _assistant_chunk,
+        description="a streamed piece",
+    ),
+    CoreType(
+        "assistant/message",
+        "AssistantMessage",
+        shape("AssistantMessageData"),
+        _assistant_message,
+        surface=True,
+        empty_sources=True,
+        description="the model's message",
+    ),
+    CoreType("tool/call", "ToolCall", shape("ToolCallData"), _tool_call, description="a tool call of the open step"),
+    CoreType(
+        "tool/result",
+        "ToolResult",
+        shape("ToolResultData"),
+        _tool_result,
+        True,
+        description="a tool call's result (role user)",
+    ),
+    CoreType(
+        "request/header",
+        "RequestHeader",
+        shape("RequestHeaderData"),
+        _request_header_shape,
+        description="inside a turn",
+    ),
+    CoreType("todo/write", "TodoWrite", ANY_JSON, description="inside a turn; data is not checked"),
+    CoreType("request/context", "RequestContext", ANY_JSON, description="inside a turn; data is not checked"),
+    CoreType("session/end-seed", "SessionEndSeed", ANY_JSON, description="anywhere; data is not checked"),
+)
+
+SURFACE_TYPES = frozenset(kind.type for kind in CORE_TYPES if kind.surface)
+# The surface types whose sourceEventSeqs may be an empty list.
+EMPTY_SOURCES_TYPES = frozenset(kind.type for kind in CORE_TYPES if kind.empty_sources)
+_DATA_CHECKS: dict[str, DataCheck] = {kind.type: kind.check for kind in CORE_TYPES if kind.check is not None}
+
+
+def check_shapes(event: dict[str, Any]) -> None:
+    """The check of the event's ``data`` its type has in the core vocabulary (none for any other type)."""
+    check = _DATA_CHECKS.get(event["type"])
+    if check is not None:
+        check(event["data"])

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.domain.errors import EventRejected
-from app.domain.event_shapes import CHECKED_TYPES, SURFACE_TYPES, Rejected, check_shapes, check_type, known_type
+from app.domain.event_shapes import (
+    CHECKED_TYPES,
+    EMPTY_SOURCES_TYPES,
+    SURFACE_TYPES,
+    Rejected,
+    check_shapes,
+    check_type,
+    known_type,
+)
 from app.domain.jsonvalue import (
     MAX_SAFE_INTEGER,
     UNDEFINED,
@@ -314,7 +322,7 @@ def _provenance(event: dict[str, Any], shadowed: list[int]) -> None:
     if raw is not UNDEFINED:
         if not isinstance(raw, list):
             raise Rejected("sourceEventSeqs must be an array of earlier seqs")
-        if not raw and event["type"] != "assistant/message":
+        if not raw and event["type"] not in EMPTY_SOURCES_TYPES:
             raise Rejected("sourceEventSeqs must not be empty except on assistant/message")
         later = None
         # Plain earlier seqs (an assistant message cites its ~100 chunks) are checked at once: their types in one

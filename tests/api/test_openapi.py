@@ -14,8 +14,9 @@ from starlette.testclient import TestClient
 
 from app.api.openapi_document import COMMITTED, document, render
 from app.api.problems import PROBLEMS
-from app.api.schemas import EVENT_TYPES, problem_name
+from app.api.schemas import problem_name
 from app.domain.errors import ErrorCode
+from app.domain.event_shapes import CORE_TYPES as VOCABULARY
 from tests.api.helpers import PROBLEM_JSON, SESSION_FIELDS
 
 # operationId -> (method, path, success status)
@@ -176,18 +177,29 @@ def test_not_at_turn_boundary_requires_its_facts_the_last_two_nullable(schema: d
 def test_each_core_event_type_has_its_schema_in_a_union_with_an_open_one(
     schema: dict[str, Any], union: str, prefix: str
 ) -> None:
-    members = [_component(schema, member) for member in schema["components"]["schemas"][union]["oneOf"]]
-    *core, other = members
+    components = schema["components"]["schemas"]
+    assert components[union]["oneOf"] == [
+        {"$ref": f"#/components/schemas/{prefix}CoreEvent"},
+        {"$ref": f"#/components/schemas/{prefix}OtherEvent"},
+    ]
+    discriminated = components[f"{prefix}CoreEvent"]
+    core = [_component(schema, member) for member in discriminated["oneOf"]]
+    other = components[f"{prefix}OtherEvent"]
+    members = [*core, other]
 
     assert [member["properties"]["type"]["const"] for member in core] == CORE_TYPES
-    assert [kind.type for kind in EVENT_TYPES] == CORE_TYPES
-    assert other["title"] == f"{prefix}OtherEvent"
+    assert [kind.type for kind in VOCABULARY] == CORE_TYPES
+    # Discriminated on type, every member mapped by its own type: generators then narrow an event by its type.
+    assert discriminated["discriminator"]["propertyName"] == "type"
+    assert discriminated["discriminator"]["mapping"] == dict(
+        zip(CORE_TYPES, [member["$ref"] for member in discriminated["oneOf"]], strict=True)
+    )
     assert set(CORE_TYPES) <= set(other["properties"]["type"]["not"]["enum"])
     assert "request/header-delta" in other["properties"]["type"]["not"]["enum"]  # never allowed
-    assert "discriminator" not in schema["components"]["schemas"][union]  # generators would rename `type`
     for member in members:
         assert member["additionalProperties"] is False  # no other top-level key (spec 1.1)
         assert member["properties"]["ignorable"] == {"type": "boolean", "const": True}
+        assert "type" in member["required"]
         stored = {"seq", "time"} <= set(member["required"])
         assert stored is (union == "Event")
         assert ("seq" in member["properties"]) is (union != "NewEvent")

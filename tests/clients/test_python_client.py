@@ -15,7 +15,9 @@ from urllib.parse import parse_qs
 
 import pytest
 from forklog_client import (
+    CORE_EVENT_TYPES,
     ConnectionError,
+    Event,
     Forklog,
     ForklogError,
     InvalidEventError,
@@ -28,6 +30,7 @@ from forklog_client import (
     StorageUnavailableError,
 )
 
+from app.domain.event_shapes import CORE_TYPES
 from tests.clients.proxy import Fault, FaultProxy
 from tests.clients.turns import exists, note, session_ids, stored_events, turn
 from tests.e2e.server import Server
@@ -108,6 +111,14 @@ def test_models_keep_members_they_do_not_know() -> None:
     assert session.some_new_member == {"a": 1}  # type: ignore[attr-defined]  # known only at run time
     assert session.to_dict() == {"id": "s", "eventCount": 3, "someNewMember": {"a": 1}}
     assert session.title is None
+
+
+def test_an_event_is_told_core_or_other_by_the_server_s_vocabulary() -> None:
+    core = Event({"seq": 0, "time": 1, "type": "turn/start", "data": {"turn": 1}})
+    other = Event({"seq": 1, "time": 2, "type": "session/title", "data": {"title": "t"}})
+
+    assert {kind.type for kind in CORE_TYPES} == CORE_EVENT_TYPES
+    assert (core.is_core, other.is_core) == (True, False)
 
 
 # -- retries: each change exactly once ---------------------------------------------------------------------------------

@@ -6,15 +6,21 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.clients.npm_tools import PACKAGE, build, dev_modules, node, step
+from tests.clients.npm_tools import PACKAGE, STEP_TIMEOUT, build, dev_modules, node, step
 from tests.clients.proxy import FaultProxy
 from tests.clients.test_python_errors import CODES, class_name
 from tests.e2e.server import REPO, Server
+from tests.e2e.test_generated_clients import TS_ESCAPES, code_of
+
+USER = Path(__file__).parent / "user"
+# The user's walk reads a field that only turn/start's data has, once the event is narrowed by its type.
+NARROWED = 'if (event.type === "turn/start") turns.push(notAny(event.data.turn, "ok"));'
 
 pytestmark = pytest.mark.e2e
 
@@ -75,3 +81,36 @@ def test_node_modules_and_builds_stay_out_of_the_repository() -> None:
 
     assert {"/clients/typescript/node_modules/", "/clients/typescript/dist/"} <= set(ignored)
     assert os.path.exists(PACKAGE / "package-lock.json")
+
+
+def _typecheck(package: Path, folder: Path, source: str) -> subprocess.CompletedProcess[str]:
+    """``tsc --strict`` on a user's program that imports the built package as ``@forklog/client``."""
+    folder.mkdir()
+    (folder / "package.json").write_text('{"private": true, "type": "module"}\n')  # ES modules: top-level await
+    (folder / "walk.ts").write_text(source)
+    tsconfig = json.loads((USER / "tsconfig.json").read_text())
+    tsconfig["compilerOptions"] |= {
+        "noEmit": True,
+        "paths": {"@forklog/client": [str(package / "dist" / "index.d.ts")]},
+    }
+    (folder / "tsconfig.json").write_text(json.dumps(tsconfig))
+    tsc = [node(), str(dev_modules() / "typescript" / "bin" / "tsc"), "-p", "."]
+    return subprocess.run(tsc, cwd=folder, capture_output=True, text=True, timeout=STEP_TIMEOUT, check=False)
+
+
+def test_an_event_narrows_by_its_type_without_a_cast_and_another_type_s_field_does_not_check(
+    package: Path, tmp_path: Path
+) -> None:
+    walk = (USER / "walk.ts").read_text()
+    # A member of the surface events only, and a data member turn/start's shape leaves open (so it is unknown).
+    surface_member = walk.replace(NARROWED, NARROWED.replace("event.data.turn", "event.surfaceOp"))
+    open_member = walk.replace(NARROWED, NARROWED.replace("event.data.turn", "event.data.step"))
+
+    narrowed = _typecheck(package, tmp_path / "narrowed", walk)
+    not_a_member = _typecheck(package, tmp_path / "surface-member", surface_member)
+    not_a_number = _typecheck(package, tmp_path / "open-member", open_member)
+
+    assert NARROWED in walk and TS_ESCAPES.findall(code_of(walk, "//")) == []
+    assert narrowed.returncode == 0, narrowed.stdout
+    assert "Property 'surfaceOp' does not exist on type" in not_a_member.stdout, not_a_member.stdout
+    assert "Argument of type 'unknown' is not assignable to parameter of type 'number'" in not_a_number.stdout

@@ -1,6 +1,7 @@
 """Clients generated from the committed openapi/openapi.json do the README's walk without a cast (spec 5.1).
 
-Five generators, each with its default flags (datamodel-code-generator adds ``--use-annotated``, which mypy needs):
+Five generators, each with its default flags (datamodel-code-generator adds ``--use-annotated``, which mypy needs,
+and openapi-generator ``withoutRuntimeChecks``, whose checks cannot nest the event unions):
 openapi-typescript (types for openapi-fetch), @hey-api/openapi-ts, openapi-generator's typescript-fetch (its jar,
 from the PyPI package openapi-generator-cli, on java), openapi-python-client and datamodel-code-generator. For each,
 the client is generated into a temporary folder, the walk program of ``tests/e2e/generators/<tool>/`` is type-checked
@@ -151,7 +152,10 @@ def build_hey_api(work: Path, modules: Path) -> Build:
 
 def build_openapi_generator(work: Path, modules: Path, jar: Path) -> Build:
     java = shutil.which("java") or "java"
-    generate = [java, "-jar", str(jar), "generate", "-i", str(COMMITTED), "-g", "typescript-fetch", "-o", "gen"]
+    # Its runtime checks (FromJSON, instanceOf) cannot nest a oneOf in a oneOf, which the event unions do (a core
+    # event discriminated on type, or any other type): they import an instanceOf the inner union never gets.
+    checks = "--additional-properties=withoutRuntimeChecks=true"
+    generate = [java, "-jar", str(jar), "generate", "-i", str(COMMITTED), "-g", "typescript-fetch", "-o", "gen", checks]
     return _typescript("oag", work, modules, generate)
 
 
@@ -270,15 +274,17 @@ def test_redocly_lint_reports_no_error(builds: dict[str, Future[Build]]) -> None
 
     report = json.loads(output)
     errors = [problem for problem in report["problems"] if problem["severity"] == "error"]
+    on_events = [problem for problem in report["problems"] if "Event" in json.dumps(problem.get("location", []))]
     assert report["totals"]["errors"] == 0, json.dumps(errors, indent=1)
+    assert on_events == [], json.dumps(on_events, indent=1)  # not even a warning: the event unions are exclusive
 
 
 # A cast or an `any` would make a walk's types prove nothing: none is written (string literals and comments aside).
-_TS_ESCAPES = re.compile(r"\bas\s+(?!const\b)[A-Za-z{(\[]|\bany\b|(?:[=(,:]|return)\s*<\s*[A-Z]\w*\s*>")
-_PY_ESCAPES = re.compile(r"\bcast\(|\bAny\b|type:\s*ignore")
+TS_ESCAPES = re.compile(r"\bas\s+(?!const\b)[A-Za-z{(\[]|\bany\b|(?:[=(,:]|return)\s*<\s*[A-Z]\w*\s*>")
+PY_ESCAPES = re.compile(r"\bcast\(|\bAny\b|type:\s*ignore")
 
 
-def _code(source: str, comment: str) -> str:
+def code_of(source: str, comment: str) -> str:
     without_strings = re.sub(r'"(?:\\.|[^"\\])*"|`(?:\\.|[^`\\])*`', '""', source)
     return "\n".join(line.split(comment, 1)[0] for line in without_strings.splitlines())
 
@@ -286,8 +292,8 @@ def _code(source: str, comment: str) -> str:
 @pytest.mark.parametrize("walk", sorted(WALKS.glob("*/walk.*")), ids=lambda path: path.parent.name)
 def test_a_walk_holds_no_cast_and_no_any(walk: Path) -> None:
     if walk.suffix == ".ts":
-        found = _TS_ESCAPES.findall(_code(walk.read_text(), "//"))
+        found = TS_ESCAPES.findall(code_of(walk.read_text(), "//"))
     else:
-        found = _PY_ESCAPES.findall(_code(re.sub(r'"""(?:.|\n)*?"""', '""', walk.read_text()), "#"))
+        found = PY_ESCAPES.findall(code_of(re.sub(r'"""(?:.|\n)*?"""', '""', walk.read_text()), "#"))
 
     assert found == []

@@ -42,12 +42,23 @@ from forklog_client._errors import (
     UnauthenticatedError,
     UnsupportedMediaTypeError,
 )
-from forklog_client._models import Appended, Event, History, Lineage, Message, Model, Session, Snapshot
+from forklog_client._models import (
+    CORE_EVENT_TYPES,
+    Appended,
+    Event,
+    History,
+    Lineage,
+    Message,
+    Model,
+    Session,
+    Snapshot,
+)
 from forklog_client._sync import Forklog, Sessions
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CORE_EVENT_TYPES",
     "Appended",
     "AsyncForklog",
     "AsyncSessions",

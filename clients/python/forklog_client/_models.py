@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 __all__ = [
+    "CORE_EVENT_TYPES",
     "Appended",
     "Event",
     "History",
@@ -144,10 +145,37 @@ class Session(Model):
     match: Member[dict[str, Any] | None] = Member("match")
 
 
+# The types of the core vocabulary (spec 1.2), as the OpenAPI document's CoreEvent maps them; an event of any other
+# type is a log-only event whose data the server does not check.
+CORE_EVENT_TYPES = frozenset(
+    {
+        "turn/start",
+        "turn/end",
+        "step/start",
+        "step/end",
+        "user/message",
+        "assistant/chunk",
+        "assistant/message",
+        "tool/call",
+        "tool/result",
+        "request/header",
+        "todo/write",
+        "request/context",
+        "session/end-seed",
+    }
+)
+
+
 class Event(Model):
     """A stored event: ``seq``, ``time``, ``type``, ``data`` and the surface members when present."""
 
     __slots__ = ()
+
+    @property
+    def is_core(self) -> builtins.bool:
+        """Whether its type is of the core vocabulary (its data then has that type's shape)."""
+        return self._wire.get("type") in CORE_EVENT_TYPES
+
     seq: Member[int] = Member("seq")
     time: Member[int] = Member("time")
     type: Member[str] = Member("type")

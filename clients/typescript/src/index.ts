@@ -9,5 +9,6 @@
 // effect exactly once; list and events follow every page; tail follows the session live across disconnects.
 export { Forklog, Sessions } from "./client.js";
 export * from "./errors.js";
+export { type CoreEventType, isCoreEvent } from "./events.js";
 export type * from "./types.js";
 export type { components, operations, paths } from "./schema.js";

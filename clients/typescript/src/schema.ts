@@ -263,7 +263,10 @@ export interface components {
          * @description a streamed piece
          */
         AssistantChunkEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "assistant/chunk";
             seq: number;
             time: number;
@@ -284,7 +287,10 @@ export interface components {
          * @description the model's message
          */
         AssistantMessageEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "assistant/message";
             seq: number;
             time: number;
@@ -292,7 +298,7 @@ export interface components {
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
         /**
@@ -306,6 +312,11 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /**
+         * CoreEvent
+         * @description a stored event; its type is one of the core vocabulary's, its data that type's shape
+         */
+        CoreEvent: components["schemas"]["TurnStartEvent"] | components["schemas"]["TurnEndEvent"] | components["schemas"]["StepStartEvent"] | components["schemas"]["StepEndEvent"] | components["schemas"]["UserMessageEvent"] | components["schemas"]["AssistantChunkEvent"] | components["schemas"]["AssistantMessageEvent"] | components["schemas"]["ToolCallEvent"] | components["schemas"]["ToolResultEvent"] | components["schemas"]["RequestHeaderEvent"] | components["schemas"]["TodoWriteEvent"] | components["schemas"]["RequestContextEvent"] | components["schemas"]["SessionEndSeedEvent"];
         /**
          * CorruptSession
          * @description A stored session kept out of service.
@@ -368,7 +379,7 @@ export interface components {
          * Event
          * @description a stored event
          */
-        Event: components["schemas"]["TurnStartEvent"] | components["schemas"]["TurnEndEvent"] | components["schemas"]["StepStartEvent"] | components["schemas"]["StepEndEvent"] | components["schemas"]["UserMessageEvent"] | components["schemas"]["AssistantChunkEvent"] | components["schemas"]["AssistantMessageEvent"] | components["schemas"]["ToolCallEvent"] | components["schemas"]["ToolResultEvent"] | components["schemas"]["RequestHeaderEvent"] | components["schemas"]["TodoWriteEvent"] | components["schemas"]["RequestContextEvent"] | components["schemas"]["SessionEndSeedEvent"] | components["schemas"]["OtherEvent"];
+        Event: components["schemas"]["CoreEvent"] | components["schemas"]["OtherEvent"];
         /**
          * EventsPage
          * @description Events of a session's log from a seq on.
@@ -680,7 +691,10 @@ export interface components {
          * @description a streamed piece
          */
         NewAssistantChunkEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "assistant/chunk";
             data: components["schemas"]["AssistantChunkData"];
             /** @constant */
@@ -691,20 +705,28 @@ export interface components {
          * @description the model's message
          */
         NewAssistantMessageEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "assistant/message";
             data: components["schemas"]["AssistantMessageData"];
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
+        /**
+         * NewCoreEvent
+         * @description an event to append: the server assigns seq and time; its type is one of the core vocabulary's, its data that type's shape
+         */
+        NewCoreEvent: components["schemas"]["NewTurnStartEvent"] | components["schemas"]["NewTurnEndEvent"] | components["schemas"]["NewStepStartEvent"] | components["schemas"]["NewStepEndEvent"] | components["schemas"]["NewUserMessageEvent"] | components["schemas"]["NewAssistantChunkEvent"] | components["schemas"]["NewAssistantMessageEvent"] | components["schemas"]["NewToolCallEvent"] | components["schemas"]["NewToolResultEvent"] | components["schemas"]["NewRequestHeaderEvent"] | components["schemas"]["NewTodoWriteEvent"] | components["schemas"]["NewRequestContextEvent"] | components["schemas"]["NewSessionEndSeedEvent"];
         /**
          * NewEvent
          * @description an event to append: the server assigns seq and time
          */
-        NewEvent: components["schemas"]["NewTurnStartEvent"] | components["schemas"]["NewTurnEndEvent"] | components["schemas"]["NewStepStartEvent"] | components["schemas"]["NewStepEndEvent"] | components["schemas"]["NewUserMessageEvent"] | components["schemas"]["NewAssistantChunkEvent"] | components["schemas"]["NewAssistantMessageEvent"] | components["schemas"]["NewToolCallEvent"] | components["schemas"]["NewToolResultEvent"] | components["schemas"]["NewRequestHeaderEvent"] | components["schemas"]["NewTodoWriteEvent"] | components["schemas"]["NewRequestContextEvent"] | components["schemas"]["NewSessionEndSeedEvent"] | components["schemas"]["NewOtherEvent"];
+        NewEvent: components["schemas"]["NewCoreEvent"] | components["schemas"]["NewOtherEvent"];
         /**
          * NewOtherEvent
          * @description an event of any other type (a log-only event): its data is not checked
@@ -721,7 +743,10 @@ export interface components {
          * @description inside a turn; data is not checked
          */
         NewRequestContextEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "request/context";
             /** @description any JSON value */
             data: unknown;
@@ -733,7 +758,10 @@ export interface components {
          * @description inside a turn
          */
         NewRequestHeaderEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "request/header";
             data: components["schemas"]["RequestHeaderData"];
             /** @constant */
@@ -744,7 +772,10 @@ export interface components {
          * @description anywhere; data is not checked
          */
         NewSessionEndSeedEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "session/end-seed";
             /** @description any JSON value */
             data: unknown;
@@ -756,7 +787,10 @@ export interface components {
          * @description closes the open step
          */
         NewStepEndEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "step/end";
             data: components["schemas"]["StepData"];
             /** @constant */
@@ -767,7 +801,10 @@ export interface components {
          * @description opens step data.step of the open turn
          */
         NewStepStartEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "step/start";
             data: components["schemas"]["StepData"];
             /** @constant */
@@ -778,7 +815,10 @@ export interface components {
          * @description inside a turn; data is not checked
          */
         NewTodoWriteEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "todo/write";
             /** @description any JSON value */
             data: unknown;
@@ -790,7 +830,10 @@ export interface components {
          * @description a tool call of the open step
          */
         NewToolCallEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "tool/call";
             data: components["schemas"]["ToolCallData"];
             /** @constant */
@@ -801,13 +844,16 @@ export interface components {
          * @description a tool call's result (role user)
          */
         NewToolResultEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "tool/result";
             data: components["schemas"]["ToolResultData"];
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
         /**
@@ -815,7 +861,10 @@ export interface components {
          * @description closes the open turn: a fork boundary
          */
         NewTurnEndEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "turn/end";
             data: components["schemas"]["TurnEndData"];
             /** @constant */
@@ -826,7 +875,10 @@ export interface components {
          * @description opens turn data.turn (1, 2, 3, ...)
          */
         NewTurnStartEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "turn/start";
             data: components["schemas"]["TurnStartData"];
             /** @constant */
@@ -837,13 +889,16 @@ export interface components {
          * @description a user's message (role user)
          */
         NewUserMessageEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "user/message";
             data: components["schemas"]["Message"];
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
         /**
@@ -1051,7 +1106,10 @@ export interface components {
          * @description inside a turn; data is not checked
          */
         RequestContextEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "request/context";
             seq: number;
             time: number;
@@ -1081,7 +1139,10 @@ export interface components {
          * @description inside a turn
          */
         RequestHeaderEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "request/header";
             seq: number;
             time: number;
@@ -1122,7 +1183,10 @@ export interface components {
          * @description a streamed piece
          */
         SeedAssistantChunkEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "assistant/chunk";
             /** @description its index, when given */
             seq?: number;
@@ -1136,7 +1200,10 @@ export interface components {
          * @description the model's message
          */
         SeedAssistantMessageEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "assistant/message";
             /** @description its index, when given */
             seq?: number;
@@ -1145,14 +1212,19 @@ export interface components {
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
+        /**
+         * SeedCoreEvent
+         * @description an event of a seed: seq (its index) and time are optional; its type is one of the core vocabulary's, its data that type's shape
+         */
+        SeedCoreEvent: components["schemas"]["SeedTurnStartEvent"] | components["schemas"]["SeedTurnEndEvent"] | components["schemas"]["SeedStepStartEvent"] | components["schemas"]["SeedStepEndEvent"] | components["schemas"]["SeedUserMessageEvent"] | components["schemas"]["SeedAssistantChunkEvent"] | components["schemas"]["SeedAssistantMessageEvent"] | components["schemas"]["SeedToolCallEvent"] | components["schemas"]["SeedToolResultEvent"] | components["schemas"]["SeedRequestHeaderEvent"] | components["schemas"]["SeedTodoWriteEvent"] | components["schemas"]["SeedRequestContextEvent"] | components["schemas"]["SeedSessionEndSeedEvent"];
         /**
          * SeedEvent
          * @description an event of a seed: seq (its index) and time are optional
          */
-        SeedEvent: components["schemas"]["SeedTurnStartEvent"] | components["schemas"]["SeedTurnEndEvent"] | components["schemas"]["SeedStepStartEvent"] | components["schemas"]["SeedStepEndEvent"] | components["schemas"]["SeedUserMessageEvent"] | components["schemas"]["SeedAssistantChunkEvent"] | components["schemas"]["SeedAssistantMessageEvent"] | components["schemas"]["SeedToolCallEvent"] | components["schemas"]["SeedToolResultEvent"] | components["schemas"]["SeedRequestHeaderEvent"] | components["schemas"]["SeedTodoWriteEvent"] | components["schemas"]["SeedRequestContextEvent"] | components["schemas"]["SeedSessionEndSeedEvent"] | components["schemas"]["SeedOtherEvent"];
+        SeedEvent: components["schemas"]["SeedCoreEvent"] | components["schemas"]["SeedOtherEvent"];
         /**
          * SeedOtherEvent
          * @description an event of any other type (a log-only event): its data is not checked
@@ -1172,7 +1244,10 @@ export interface components {
          * @description inside a turn; data is not checked
          */
         SeedRequestContextEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "request/context";
             /** @description its index, when given */
             seq?: number;
@@ -1187,7 +1262,10 @@ export interface components {
          * @description inside a turn
          */
         SeedRequestHeaderEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "request/header";
             /** @description its index, when given */
             seq?: number;
@@ -1201,7 +1279,10 @@ export interface components {
          * @description anywhere; data is not checked
          */
         SeedSessionEndSeedEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "session/end-seed";
             /** @description its index, when given */
             seq?: number;
@@ -1216,7 +1297,10 @@ export interface components {
          * @description closes the open step
          */
         SeedStepEndEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "step/end";
             /** @description its index, when given */
             seq?: number;
@@ -1230,7 +1314,10 @@ export interface components {
          * @description opens step data.step of the open turn
          */
         SeedStepStartEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "step/start";
             /** @description its index, when given */
             seq?: number;
@@ -1244,7 +1331,10 @@ export interface components {
          * @description inside a turn; data is not checked
          */
         SeedTodoWriteEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "todo/write";
             /** @description its index, when given */
             seq?: number;
@@ -1259,7 +1349,10 @@ export interface components {
          * @description a tool call of the open step
          */
         SeedToolCallEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "tool/call";
             /** @description its index, when given */
             seq?: number;
@@ -1273,7 +1366,10 @@ export interface components {
          * @description a tool call's result (role user)
          */
         SeedToolResultEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "tool/result";
             /** @description its index, when given */
             seq?: number;
@@ -1282,7 +1378,7 @@ export interface components {
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
         /**
@@ -1290,7 +1386,10 @@ export interface components {
          * @description closes the open turn: a fork boundary
          */
         SeedTurnEndEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "turn/end";
             /** @description its index, when given */
             seq?: number;
@@ -1304,7 +1403,10 @@ export interface components {
          * @description opens turn data.turn (1, 2, 3, ...)
          */
         SeedTurnStartEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "turn/start";
             /** @description its index, when given */
             seq?: number;
@@ -1318,7 +1420,10 @@ export interface components {
          * @description a user's message (role user)
          */
         SeedUserMessageEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "user/message";
             /** @description its index, when given */
             seq?: number;
@@ -1327,7 +1432,7 @@ export interface components {
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
         /**
@@ -1416,7 +1521,10 @@ export interface components {
          * @description anywhere; data is not checked
          */
         SessionEndSeedEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "session/end-seed";
             seq: number;
             time: number;
@@ -1609,7 +1717,10 @@ export interface components {
          * @description closes the open step
          */
         StepEndEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "step/end";
             seq: number;
             time: number;
@@ -1622,7 +1733,10 @@ export interface components {
          * @description opens step data.step of the open turn
          */
         StepStartEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "step/start";
             seq: number;
             time: number;
@@ -1666,7 +1780,10 @@ export interface components {
          * @description inside a turn; data is not checked
          */
         TodoWriteEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "todo/write";
             seq: number;
             time: number;
@@ -1690,7 +1807,10 @@ export interface components {
          * @description a tool call of the open step
          */
         ToolCallEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "tool/call";
             seq: number;
             time: number;
@@ -1714,7 +1834,10 @@ export interface components {
          * @description a tool call's result (role user)
          */
         ToolResultEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "tool/result";
             seq: number;
             time: number;
@@ -1722,7 +1845,7 @@ export interface components {
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
         /** TurnEndData */
@@ -1737,7 +1860,10 @@ export interface components {
          * @description closes the open turn: a fork boundary
          */
         TurnEndEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "turn/end";
             seq: number;
             time: number;
@@ -1763,7 +1889,10 @@ export interface components {
          * @description opens turn data.turn (1, 2, 3, ...)
          */
         TurnStartEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "turn/start";
             seq: number;
             time: number;
@@ -1812,7 +1941,10 @@ export interface components {
          * @description a user's message (role user)
          */
         UserMessageEvent: {
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             type: "user/message";
             seq: number;
             time: number;
@@ -1820,7 +1952,7 @@ export interface components {
             /** @constant */
             ignorable?: true;
             surfaceOp: components["schemas"]["SurfaceOp"];
-            /** @description earlier events this one was made from */
+            /** @description the distinct seqs of earlier events this one was made from (a repeated seq is refused) */
             sourceEventSeqs?: number[];
         };
     };

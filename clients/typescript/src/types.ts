@@ -7,8 +7,12 @@ type Schemas = components["schemas"];
 
 /** A session (spec 3); a newer server's members (spec 12's `updatedAt`, `title`, …) are there too. */
 export type Session = Schemas["SessionOut"] & { [member: string]: unknown };
-/** A stored event (with its `seq` and `time`). */
+/** A stored event (with its `seq` and `time`): a `CoreEvent`, or an `OtherEvent` of any other type. */
 export type Event = Schemas["Event"];
+/** A stored event of a type of the core vocabulary, discriminated on `type` (set apart by `isCoreEvent`). */
+export type CoreEvent = Schemas["CoreEvent"];
+/** A stored event of any other type (a log-only event): its `data` is not checked. */
+export type OtherEvent = Schemas["OtherEvent"];
 /** An event to append: the server assigns `seq` and `time`. */
 export type NewEvent = Schemas["NewEvent"];
 /** An event of a seed (a snapshot's `seed` is one too). */

@@ -1,6 +1,6 @@
 // A user's program on the installed @forklog/client: the README's walk, checked with tsc --strict (no cast, no
 // any) and run against a real server (BASE, WALK_ID).
-import { Forklog, ForklogError, NotAtTurnBoundaryError, type Event, type Session } from "@forklog/client";
+import { Forklog, ForklogError, NotAtTurnBoundaryError, isCoreEvent, type Event, type Session } from "@forklog/client";
 
 declare const process: { env: Record<string, string | undefined> };
 
@@ -39,7 +39,13 @@ const events: Event[] = [];
 for await (const event of client.sessions.events(ID, { pageSize: 2 })) events.push(event);
 const children: string[] = [];
 for await (const session of client.sessions.list({ parent: ID })) children.push(session.id);
-console.log("4.", events.map((event) => notAny(event.type, "ok")), children);
+// Narrowed by its type, no cast: after `isCoreEvent` (another type is any string), `turn/start`'s data has a turn.
+const turns: number[] = [];
+for (const event of events) {
+  if (!isCoreEvent(event)) continue;
+  if (event.type === "turn/start") turns.push(notAny(event.data.turn, "ok"));
+}
+console.log("4.", events.map((event) => notAny(event.type, "ok")), children, turns);
 const history = await client.sessions.history(`${ID}-child`);
 const lastTurnEnd: number | null = (await client.sessions.get(ID)).lastTurnEndSeq;
 console.log("5.", history.messages.map((message) => notAny(message.role, "ok")), lastTurnEnd);

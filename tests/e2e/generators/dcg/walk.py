@@ -20,7 +20,9 @@ from models import (
     AppendResponse,
     AssistantMessageData,
     ContentBlock,
+    CoreEvent,
     CreateMeta,
+    Event,
     EventsPage,
     ForkRequest,
     ForkSession409Problem,
@@ -28,6 +30,7 @@ from models import (
     Message,
     MessageSource,
     NewAssistantMessageEvent,
+    NewCoreEvent,
     NewEvent,
     NewStepEndEvent,
     NewStepStartEvent,
@@ -112,40 +115,55 @@ def read_events(http: httpx.Client, session_id: str, start: int, limit: int) -> 
     return _ok(http, "GET", f"/sessions/{session_id}/events?from={start}&limit={limit}", None, EventsPage)
 
 
+def stored(event: Event) -> CoreEvent:
+    """A stored event of a core type (all the walk appends), else the walk stops."""
+    if not isinstance(event.root, CoreEvent):
+        raise SystemExit(f"{event.root.type} is not a core type")
+    return event.root
+
+
 def turn_one() -> list[NewEvent]:
     return [
-        NewEvent(NewTurnStartEvent(type="turn/start", data=TurnStartData(turn=1))),
+        NewEvent(NewCoreEvent(NewTurnStartEvent(type="turn/start", data=TurnStartData(turn=1)))),
         NewEvent(
-            NewUserMessageEvent(
-                type="user/message",
-                surfaceOp=SurfaceOp("append"),
-                data=Message(
-                    id="u1",
-                    role="user",
-                    content=[ContentBlock(type="text", text="Hello")],
-                    source=MessageSource(kind="user"),
-                ),
-            )
-        ),
-        NewEvent(NewStepStartEvent(type="step/start", data=StepData(turn=1, step=1))),
-        NewEvent(
-            NewAssistantMessageEvent(
-                type="assistant/message",
-                surfaceOp=SurfaceOp("append"),
-                data=AssistantMessageData(
-                    turn=1,
-                    step=1,
-                    message=Message(
-                        id="a1",
-                        role="assistant",
-                        content=[ContentBlock(type="text", text="Hi!")],
-                        source=MessageSource(kind="model", provider="deepseek", model="deepseek-chat"),
+            NewCoreEvent(
+                NewUserMessageEvent(
+                    type="user/message",
+                    surfaceOp=SurfaceOp("append"),
+                    data=Message(
+                        id="u1",
+                        role="user",
+                        content=[ContentBlock(type="text", text="Hello")],
+                        source=MessageSource(kind="user"),
                     ),
-                ),
+                )
             )
         ),
-        NewEvent(NewStepEndEvent(type="step/end", data=StepData(turn=1, step=1))),
-        NewEvent(NewTurnEndEvent(type="turn/end", data=TurnEndData(turn=1, reason=TurnEndReason(kind="completed")))),
+        NewEvent(NewCoreEvent(NewStepStartEvent(type="step/start", data=StepData(turn=1, step=1)))),
+        NewEvent(
+            NewCoreEvent(
+                NewAssistantMessageEvent(
+                    type="assistant/message",
+                    surfaceOp=SurfaceOp("append"),
+                    data=AssistantMessageData(
+                        turn=1,
+                        step=1,
+                        message=Message(
+                            id="a1",
+                            role="assistant",
+                            content=[ContentBlock(type="text", text="Hi!")],
+                            source=MessageSource(kind="model", provider="deepseek", model="deepseek-chat"),
+                        ),
+                    ),
+                )
+            )
+        ),
+        NewEvent(NewCoreEvent(NewStepEndEvent(type="step/end", data=StepData(turn=1, step=1)))),
+        NewEvent(
+            NewCoreEvent(
+                NewTurnEndEvent(type="turn/end", data=TurnEndData(turn=1, reason=TurnEndReason(kind="completed")))
+            )
+        ),
     ]
 
 
@@ -159,7 +177,7 @@ def main() -> None:
 
         # 2. one whole turn of 6 events
         response, appended = append_events(http, ID, AppendRequest(events=turn_one()))
-        last_seq = appended.events[-1].root.seq
+        last_seq = stored(appended.events[-1]).root.seq
         assert_type(last_seq, int)
         print("2.", response.status_code, len(appended.events), "events, last seq", last_seq)
 
@@ -179,7 +197,9 @@ def main() -> None:
         print("4.", response.status_code, text, "eventCount", history.eventCount)
 
         # 5. open turn 2, then fork mid-turn: 409 NOT_AT_TURN_BOUNDARY
-        turn_two = AppendRequest(events=[NewEvent(NewTurnStartEvent(type="turn/start", data=TurnStartData(turn=2)))])
+        turn_two = AppendRequest(
+            events=[NewEvent(NewCoreEvent(NewTurnStartEvent(type="turn/start", data=TurnStartData(turn=2))))]
+        )
         response, opened = append_events(http, ID, turn_two)
         print("5a.", response.status_code, opened.session.openTurn)
 
@@ -210,17 +230,17 @@ def main() -> None:
             sourceEventSeqs=[SourceEventSeq(1)],
             data=edited,
         )
-        response, replaced = append_events(http, CHILD, AppendRequest(events=[NewEvent(replace)]))
-        replacement = replaced.events[0].root
+        response, replaced = append_events(http, CHILD, AppendRequest(events=[NewEvent(NewCoreEvent(replace))]))
+        replacement = stored(replaced.events[0]).root
         if not isinstance(replacement, UserMessageEvent) or not isinstance(replacement.surfaceOp.root, ReplaceOp):
             raise SystemExit(f"the replace reads back as {replacement!r}")
         start = replacement.surfaceOp.root.start
         assert_type(start, int)
         response, read = read_events(http, CHILD, 1, 1)
-        stored = read.events[0].root
-        if not isinstance(stored, UserMessageEvent) or stored.surfaceOp.root != "append":
-            raise SystemExit(f"seq 1 reads back as {stored!r}")
-        print("6.", replacement.surfaceOp.root.op, start, stored.type, stored.surfaceOp.root)
+        first = stored(read.events[0]).root
+        if not isinstance(first, UserMessageEvent) or first.surfaceOp.root != "append":
+            raise SystemExit(f"seq 1 reads back as {first!r}")
+        print("6.", replacement.surfaceOp.root.op, start, first.type, first.surfaceOp.root)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 // The README's curl walk through an openapi-generator typescript-fetch client. No cast, no `any`.
 // Checked by tests/e2e/test_generated_clients.py: tsc --strict, then run with BASE and WALK_ID set.
-import { Configuration, SessionsApi, ForkSession409ProblemFromJSON, ResponseError } from "./gen";
+import { Configuration, SessionsApi, ResponseError, type ForkSession409Problem } from "./gen";
 
 const BASE = process.env.BASE ?? "http://127.0.0.1:8000";
 const ID = process.env.WALK_ID ?? "demo";
@@ -80,7 +80,8 @@ async function main(): Promise<void> {
     throw new Error("the mid-turn fork succeeded");
   } catch (e: unknown) {
     if (!(e instanceof ResponseError)) throw e;
-    const problem = ForkSession409ProblemFromJSON(await e.response.json());
+    // Generated without runtime checks (see test_generated_clients.py): the body is the server's JSON as it is.
+    const problem: ForkSession409Problem = await e.response.json();
     if (problem.code !== "NOT_AT_TURN_BOUNDARY") throw new Error(`unexpected code ${problem.code}`);
     const lastEventType: string = notAny(problem.lastEventType, "ok");
     const openTurn: number | null = problem.openTurn;
@@ -92,7 +93,7 @@ async function main(): Promise<void> {
   const replaced = await api.appendEvents({ id: CHILD, appendRequest: { events: [{
           type: "user/message",
           surfaceOp: { op: "replace", start: 1, end: 1 },
-          sourceEventSeqs: new Set([1]), // uniqueItems: a Set in this generator's types
+          sourceEventSeqs: [1],
           data: { id: "u1b", role: "user", content: [{ type: "text", text: "Hello, edited" }], source: { kind: "user" } },
         }] } });
   const replacement = replaced.events[0];

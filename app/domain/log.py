@@ -26,7 +26,8 @@ import orjson
 from app.domain.errors import ErrorCode, EventRejected, SessionError
 from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.log_state import LogState
-from app.domain.staging import Checkpoint, LogTip, StagedEvents, stage
+from app.domain.staging import Checkpoint, LogTip, StagedEvents
+from app.domain.staging_rules import stage
 from app.domain.summary import TITLE_TYPE, title_of
 
 __all__ = [

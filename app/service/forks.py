@@ -14,7 +14,8 @@ from app.domain.dsh_records import header_bytes
 from app.domain.errors import EventRejected, SessionAlreadyExists, SessionForkError, session_not_found
 from app.domain.ids import check_id
 from app.domain.session import Session, SessionHeader, SessionKey, check_live, lineage_attrs
-from app.domain.staging import StagedEvents, replace_targets, stage
+from app.domain.staging import StagedEvents, replace_targets
+from app.domain.staging_rules import stage
 from app.service.boundaries import message_turn_end, seed_length_at, turn_end_of
 from app.service.changes import ChangeFeed
 from app.service.errors import invalid_event

@@ -24,7 +24,8 @@ from app.domain.ids import new_instance
 from app.domain.listing import ListQuery, PageRequest
 from app.domain.log import seed_log
 from app.domain.session import DEFAULT_TENANT, Session, SessionHeader, SessionKey, head_of
-from app.domain.staging import StagedEvents, replace_targets, stage
+from app.domain.staging import StagedEvents, replace_targets
+from app.domain.staging_rules import stage
 from tests.backends.conftest import BackendFactory
 from tests.events import (
     assistant_message,

@@ -17,7 +17,7 @@ from app.domain.errors import EventRejected
 from app.domain.ids import new_instance
 from app.domain.listing import ListQuery, OrderKey, PageRequest
 from app.domain.session import LogHead, Session
-from app.domain.staging import stage
+from app.domain.staging_rules import stage
 from tests.backends.conftest import BackendFactory
 from tests.backends.test_contract import NOW, append, create, everything, fork, key, seed_with, turn
 from tests.events import turn_end, turn_start, user_message

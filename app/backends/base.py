@@ -72,12 +72,13 @@ class SeedPrefix:
     source: SessionKey
     instance: str
     count: int
-    # Events to append after the seed in the same atomic step (spec 12, a fork's ``events``): the backend checks
-    # them as an append to the seed (``stage`` with ``appended=True`` at ``now``; an
-    # :class:`~app.domain.errors.EventRejected` makes nothing) and stores the child with them or not at all.
-    then: Sequence[Any] = ()
-    now: int = 0
-    breaks: Mapping[int, str] | None = None
+    # Events to store after the seed in the same atomic step (spec 12, a fork's ``events``), staged by the service
+    # on :meth:`Backend.seed_tip` of the same seed: the backend stores the child with them, as they are, or not at all.
+    then: StagedEvents | None = None
+
+    def __post_init__(self) -> None:
+        if self.then is not None and self.then.base_count != self.count:
+            raise ValueError("a fork's events were staged on another seed than its own")
 
 
 Seed = SeedLog | SeedPrefix
@@ -239,6 +240,15 @@ class Backend(Reader, Writer, IdempotencyRecorder, Protocol):
         """The session's tip for checking an append, or None if it is not live; ``wanted`` are seqs whose events
         the check may look up (a ``tool/result`` replace compares with the result it replaces). A backend that may
         answer from a cache reads the store afresh with ``refresh``."""
+
+    async def seed_tip(
+        self, source: SessionKey, instance: str, count: int, wanted: Iterable[int] = ()
+    ) -> LogTip | None:
+        """What a fork's events are staged on: the rules' state after the first ``count`` events (0 or one past a
+        ``turn/end``) of the incarnation ``instance`` of ``source``, surface nodes included, and those of its events
+        whose seqs are in ``wanted`` (below ``count``: the events a ``tool/result`` replace compares with); None if
+        that incarnation is not live. The prefix never changes while it is: the batch stays valid for a
+        :meth:`create` with a :class:`SeedPrefix` of the same seed (which checks the incarnation again)."""
 
     @property
     def capabilities(self) -> Capabilities:

@@ -18,6 +18,7 @@ from app.domain.errors import SessionAlreadyExists
 from app.domain.listing import PageRequest
 from app.domain.log import SessionLog
 from app.domain.session import Session, SessionKey
+from app.domain.staging import LogTip
 
 __all__ = ["CatalogReads", "readiness_of", "starting_log"]
 
@@ -63,6 +64,14 @@ class CatalogReads:
         live = self.catalog.get(key)
         return Tip(live.view(), live.log) if live is not None else None
 
+    async def seed_tip(
+        self, source: SessionKey, instance: str, count: int, wanted: Iterable[int] = ()
+    ) -> LogTip | None:
+        live = self.catalog.get(source)
+        if live is None or live.header.instance != instance:
+            return None
+        return live.log.tip_at(count)  # every event is at hand: ``wanted`` needs no fetching
+
     def usage(self, tenant: str) -> Usage:
         sessions = size = 0
         request = PageRequest(USAGE_PAGE)
@@ -89,7 +98,7 @@ def readiness_of(catalog: Catalog, corrupt: Sequence[CorruptEntry], tenant: str 
 
 def starting_log(catalog: Catalog, key: SessionKey, seed: Seed) -> SessionLog:
     """The events the new session ``key`` starts with: the seed's, or the source's first ``count`` (shared, not
-    copied) and the fork's own events after them; SessionAlreadyExists if ``key`` is live."""
+    copied) and the fork's own events, staged by the service, after them; SessionAlreadyExists if ``key`` is live."""
     if catalog.get(key) is not None:
         raise SessionAlreadyExists(key.id)
     if isinstance(seed, SeedLog):
@@ -97,11 +106,7 @@ def starting_log(catalog: Catalog, key: SessionKey, seed: Seed) -> SessionLog:
     source = catalog.get(seed.source)
     if source is None or source.header.instance != seed.instance:
         raise StaleHead(f'session "{seed.source.id}" is no longer the incarnation the fork was checked against')
-    log = source.log.prefix(seed.count)
-    if seed.then:  # checked as an append to the seed (EventRejected makes nothing); the log is not live yet
-        breaks = dict(seed.breaks) if seed.breaks else None
-        log.commit(log.stage(seed.then, appended=True, now=seed.now, breaks=breaks))
-    return log
+    return source.log.prefix(seed.count, seed.then)  # the log is not live yet: nothing else sees the commit
 
 
 async def _line_chunks(log: SessionLog) -> AsyncIterator[bytes]:

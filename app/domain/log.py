@@ -26,7 +26,8 @@ import orjson
 from app.domain.errors import ErrorCode, EventRejected, SessionError
 from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.log_state import LogState
-from app.domain.staging import Checkpoint, StagedEvents, stage
+from app.domain.staging import Checkpoint, LogTip, StagedEvents
+from app.domain.staging_rules import stage
 from app.domain.summary import TITLE_TYPE, title_of
 
 __all__ = [
@@ -333,18 +334,28 @@ class SessionLog:
 
     # -- branching -------------------------------------------------------------------------------------------------
 
-    def prefix(self, count: int) -> SessionLog:
+    def prefix(self, count: int, then: StagedEvents | None = None) -> SessionLog:
         """A log of its own holding events ``0 .. count - 1``; ``count`` is 0 or one past a ``turn/end``.
 
         It shares the sealed parts (and views into the one it ends in) and copies only what it takes of the
-        growing part: later commits to either log never show in the other.
+        growing part: later commits to either log never show in the other. With ``then``, a batch staged on
+        :meth:`tip_at` of ``count``, the prefix's own state is not rebuilt (``then`` holds the state after it) and the
+        batch is committed after the prefix.
         """
         child = type(self)()
-        if count == 0:
-            return child
+        if count > 0:
+            if not self.is_turn_end(count - 1):
+                raise ValueError("a log prefix must end at a turn/end")
+            self._share_parts(child, count)
+            if then is None:
+                child.state = self.state_at(count)
+        if then is not None:
+            child.commit(then)
+        return child
+
+    def _share_parts(self, child: SessionLog, count: int) -> None:
+        """Give the empty ``child`` the parts of events ``0 .. count - 1`` (``count`` > 0)."""
         last = count - 1
-        if not self.is_turn_end(last):
-            raise ValueError("a log prefix must end at a turn/end")
         growing = self._growing
         if count > growing.first:
             child._sealed, child._firsts = self._sealed, self._firsts
@@ -356,6 +367,11 @@ class SessionLog:
             child._sealed = (*self._sealed[:at], whole)
             child._firsts = self._firsts[: at + 1]
             child._growing = _Growing(count, part.ends[count - 1 - part.first])
+
+    def state_at(self, count: int) -> LogState:
+        """The rules' state after events ``0 .. count - 1`` (``count`` one past a ``turn/end``), rebuilt from the
+        checkpoint there, without replaying the log."""
+        last = count - 1
         point = self._checkpoint_at(last)
         # A committed state's nodes never change (staging copies them first), so the whole log's are shared.
         nodes = self.state.nodes if count == len(self) else fold_surface(self._surface_changes(last))
@@ -366,7 +382,7 @@ class SessionLog:
         preview, preview_seq = state.preview, state.preview_seq
         if preview_seq is not None and preview_seq >= count:
             preview, preview_seq = None, None
-        child.state = LogState(
+        return LogState(
             count=count,
             last_time=self.event(last)["time"],
             last_type="turn/end",
@@ -383,7 +399,15 @@ class SessionLog:
             preview=preview,
             preview_seq=preview_seq,
         )
-        return child
+
+    def tip_at(self, count: int) -> LogTip:
+        """What a batch staged after the first ``count`` events (0 or one past a ``turn/end``) is checked against;
+        nothing is copied (events below ``count`` never change)."""
+        if count == 0:
+            return _PrefixTip(LogState(), self)
+        if not self.is_turn_end(count - 1):
+            raise ValueError("a log prefix must end at a turn/end")
+        return _PrefixTip(self.state_at(count), self)
 
     def last_title(self, stop: int) -> tuple[str | None, int | None]:
         """The title of the last ``session/title`` event before ``stop``, and its seq (None, None if there is none).
@@ -405,6 +429,19 @@ class SessionLog:
                     return title_of(event.get("data")), seq
                 position = data.rfind(needle, 0, part.start_of(seq) - part.base)
         return None, None
+
+
+class _PrefixTip:
+    """A :class:`~app.domain.staging.LogTip` of a log's first ``state.count`` events, read from the log itself."""
+
+    __slots__ = ("_log", "state")
+
+    def __init__(self, state: LogState, log: SessionLog) -> None:
+        self.state = state
+        self._log = log
+
+    def event(self, seq: int) -> dict[str, Any]:
+        return self._log.event(seq)
 
 
 def seed_log(seed: Sequence[Any] | None, *, now: int, breaks: dict[int, str] | None = None) -> SessionLog:

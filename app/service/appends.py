@@ -20,7 +20,8 @@ from app.backends.running_loop import RunningLoop
 from app.domain.errors import ErrorCode, EventRejected, SessionError, session_not_found
 from app.domain.fast_init import fast_init
 from app.domain.session import Session, SessionKey, check_live, head_of
-from app.domain.staging import StagedEvents, join_staged, replace_targets, stage
+from app.domain.staging import StagedEvents, join_staged, replace_targets
+from app.domain.staging_rules import stage
 from app.service.changes import ChangeFeed
 from app.service.errors import invalid_event
 from app.service.locks import KeyedLocks

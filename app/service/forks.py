@@ -7,8 +7,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from app.backends.base import Backend, SeedPrefix
 from app.backends.errors import StaleHead
 from app.domain.boundary import fork_lineage
@@ -16,6 +14,8 @@ from app.domain.dsh_records import header_bytes
 from app.domain.errors import EventRejected, SessionAlreadyExists, SessionForkError, session_not_found
 from app.domain.ids import check_id
 from app.domain.session import Session, SessionHeader, SessionKey, check_live, lineage_attrs
+from app.domain.staging import StagedEvents, replace_targets
+from app.domain.staging_rules import stage
 from app.service.boundaries import message_turn_end, seed_length_at, turn_end_of
 from app.service.changes import ChangeFeed
 from app.service.errors import invalid_event
@@ -139,7 +139,8 @@ class Forks:
                 at_seq = await message_turn_end(self._backend, source, boundary.message_id)
             count = await seed_length_at(self._backend, source, at_seq)
         lineage = lineage_attrs(fork_lineage(source, count))
-        seed = SeedPrefix(key, source.header.instance, count, then=events, now=self._clock(), breaks=breaks)
+        staged = await self._stage_after_seed(key, source, count, events, breaks) if events else None
+        seed = SeedPrefix(key, source.header.instance, count, then=staged)
         instance = self._new_instance()
         remember = change.created if change is not None else None
 
@@ -152,31 +153,29 @@ class Forks:
                 made = await make()
             else:
                 body = counted.log_bytes(key, count)  # a fork counts its whole log, shared or not
-                # Its new events' lines are not encoded yet: their JSON plus room for the seq and time they get, a
-                # bound from above (what the child really holds is counted once it is made).
-                body += sum(map(_line_bound, events))
+                if staged is not None:
+                    body += len(staged.lines)
                 size = header_bytes(SessionHeader(child.id, self._clock(), instance, **lineage)) + body
                 made = await self._quotas.charged(
                     child.tenant, 1, size, make, lambda made: header_bytes(made.header) + made.head.body_bytes
                 )
         except StaleHead:
             raise session_not_found(key.id, SessionForkError) from None
-        except EventRejected as rejected:
-            raise invalid_event(rejected) from None
         self._searcher.forked(child, ForkOrigin(key, source.header.instance, count, made.header.instance))
         return made
 
-
-# Bytes a new event's line may gain when it is stored: its seq and time members, and the newline.
-_EVENT_STAMP_BYTES = 48
-
-
-def _line_bound(event: Any) -> int:
-    """At least the bytes ``event``'s stored line will take (before it is checked: it may not encode at all)."""
-    try:
-        return len(orjson.dumps(event)) + _EVENT_STAMP_BYTES
-    except TypeError:  # a value of the lossless parser orjson does not know: its text is as long
-        return len(str(event)) + _EVENT_STAMP_BYTES
+    async def _stage_after_seed(
+        self, key: SessionKey, source: Session, count: int, events: Sequence[Any], breaks: dict[int, str] | None
+    ) -> StagedEvents:
+        """The fork's ``events`` checked as an append to its seed (spec 12): INVALID_EVENT, nothing made, at the
+        first bad one."""
+        tip = await self._backend.seed_tip(key, source.header.instance, count, replace_targets(events))
+        if tip is None:
+            raise session_not_found(key.id, SessionForkError)
+        try:
+            return stage(tip, events, appended=True, now=self._clock(), breaks=breaks)
+        except EventRejected as rejected:
+            raise invalid_event(rejected) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,6 +159,27 @@ def test_a_fork_counts_its_whole_log_and_a_delete_frees_it(make_app: AppFactory)
         assert roomy.post("/sessions", json={"id": "a", "seed": turn(1)}).status_code == 201
 
 
+def test_a_fork_with_events_counts_their_stored_lines_exactly(make_app: AppFactory) -> None:
+    with TestClient(make_app(), base_url=LOCAL) as probe:
+        wait_ready(probe)
+        assert probe.post("/sessions", json={"id": "a", "seed": turn(1)}).status_code == 201
+        source = exported_bytes(probe, "a")
+        assert probe.post("/sessions/a/fork", json={"sessionId": "b", "events": turn(2)}).status_code == 201
+        child = exported_bytes(probe, "b")
+        assert probe.delete("/sessions/b").status_code == 204
+
+    with TestClient(make_app(max_bytes=source + child - 1), base_url=LOCAL) as tight:
+        wait_ready(tight)
+        refused = tight.post("/sessions/a/fork", json={"sessionId": "b", "events": turn(2)})
+        assert_problem(refused, 429, "QUOTA_EXCEEDED", quota="bytes", limit=source + child - 1, used=source)
+
+    # exactly up to the limit is allowed, as for an append: the events' lines are counted as stored
+    with TestClient(make_app(max_bytes=source + child), base_url=LOCAL) as exact:
+        wait_ready(exact)
+        assert exact.post("/sessions/a/fork", json={"sessionId": "b", "events": turn(2)}).status_code == 201
+        assert exported_bytes(exact, "a") + exported_bytes(exact, "b") == source + child
+
+
 # -- tenant lines of the keys file -------------------------------------------------------------------------------
 
 

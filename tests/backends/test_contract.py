@@ -24,7 +24,8 @@ from app.domain.ids import new_instance
 from app.domain.listing import ListQuery, PageRequest
 from app.domain.log import seed_log
 from app.domain.session import DEFAULT_TENANT, Session, SessionHeader, SessionKey, head_of
-from app.domain.staging import StagedEvents, stage
+from app.domain.staging import StagedEvents, replace_targets
+from app.domain.staging_rules import stage
 from tests.backends.conftest import BackendFactory
 from tests.events import (
     assistant_message,
@@ -276,6 +277,64 @@ async def fork(backend: Backend, source: str, child: str, count: int) -> None:
     assert found is not None
     lineage = {"parent_session": source, "seed_length": count}
     await backend.create(key(child), new_instance(), lineage, SeedPrefix(key(source), found.header.instance, count))
+
+
+async def seed_with(backend: Backend, source: str, count: int, events: Sequence[Any], *, now: int = NOW) -> SeedPrefix:
+    """A fork's seed with ``events`` after it, staged on the seed's tip as the service stages them."""
+    found = await backend.find(key(source))
+    assert found is not None
+    tip = await backend.seed_tip(key(source), found.header.instance, count, replace_targets(events))
+    assert tip is not None
+    batch = stage(tip, list(events), appended=True, now=now)
+    return SeedPrefix(key(source), found.header.instance, count, then=batch)
+
+
+async def test_a_seed_tip_is_the_state_a_fork_at_that_boundary_starts_from(backend: Backend) -> None:
+    await create(backend, "src", [*turn(1, "first"), *turn(2, "second"), turn_start(3)])
+    found = await backend.find(key("src"))
+    assert found is not None
+    await fork(backend, "src", "kid", 8)
+    child = await backend.tip(key("kid"))
+    assert child is not None
+
+    seed = await backend.seed_tip(key("src"), found.header.instance, 8, [4])
+    assert seed is not None
+    assert (seed.state.count, seed.state.columns()) == (8, child.log.state.columns())
+    assert list(seed.state.nodes) == list(child.log.state.nodes)
+    assert seed.event(4) == orjson.loads((await everything(backend, "src")).splitlines()[4])
+    empty = await backend.seed_tip(key("src"), found.header.instance, 0)
+    assert empty is not None and (empty.state.count, list(empty.state.nodes)) == (0, [])
+
+
+async def test_a_seed_tip_of_a_gone_incarnation_is_none(backend: Backend) -> None:
+    await create(backend, "src", turn(1))
+    found = await backend.find(key("src"))
+    assert found is not None
+    await backend.delete(key("src"))
+    assert await backend.seed_tip(key("src"), found.header.instance, 8) is None
+    await create(backend, "src", turn(1, "new"))
+    assert await backend.seed_tip(key("src"), found.header.instance, 8) is None
+
+
+async def test_a_fork_stores_the_events_staged_after_its_seed_as_they_are(backend: Backend) -> None:
+    await create(backend, "src", [*turn(1), *turn(2)])
+    seed = await seed_with(backend, "src", 8, turn(2, "edited"), now=NOW + 7)
+    assert seed.then is not None
+    await backend.create(key("kid"), new_instance(), {"parent_session": "src", "seed_length": 8}, seed)
+    source_lines = (await everything(backend, "src")).splitlines(keepends=True)
+    assert await everything(backend, "kid") == b"".join(source_lines[:8]) + seed.then.lines
+    found = await backend.find(key("kid"))
+    assert found is not None and found.head == head_of(seed.then.state)
+
+
+async def test_a_fork_staged_on_an_incarnation_replaced_since_is_refused(backend: Backend) -> None:
+    await create(backend, "src", turn(1))
+    seed = await seed_with(backend, "src", 8, turn(2))
+    await backend.delete(key("src"))
+    await create(backend, "src", turn(1, "new"))
+    with pytest.raises(StaleHead):
+        await backend.create(key("kid"), new_instance(), {}, seed)
+    assert await backend.find(key("kid")) is None
 
 
 async def test_a_fork_starts_with_the_source_prefix_and_its_lineage(backend: Backend) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from app.backends.base import Backend, SeedPrefix
+from app.backends.base import Backend
 from app.backends.files import FileBackend
 from app.domain.clock import wall_clock_ms
 from app.domain.dsh_records import encode_header
@@ -17,9 +17,9 @@ from app.domain.errors import EventRejected
 from app.domain.ids import new_instance
 from app.domain.listing import ListQuery, OrderKey, PageRequest
 from app.domain.session import LogHead, Session
-from app.domain.staging import stage
+from app.domain.staging_rules import stage
 from tests.backends.conftest import BackendFactory
-from tests.backends.test_contract import NOW, append, create, everything, fork, key, turn
+from tests.backends.test_contract import NOW, append, create, everything, fork, key, seed_with, turn
 from tests.events import turn_end, turn_start, user_message
 
 pytestmark = pytest.mark.anyio
@@ -143,10 +143,10 @@ async def test_export_writes_as_many_bytes_as_the_session_says(backend: Backend)
 
 
 async def fork_with(backend: Backend, source: str, child: str, count: int, events: list[Any]) -> None:
-    origin = await found(backend, source)
     lineage = {"parent_session": source, "seed_length": count}
-    seed = SeedPrefix(key(source), origin.header.instance, count, then=events, now=NOW + 5)
-    await backend.create(key(child), new_instance(), lineage, seed)
+    await backend.create(
+        key(child), new_instance(), lineage, await seed_with(backend, source, count, events, now=NOW + 5)
+    )
 
 
 async def test_a_fork_with_events_holds_its_seed_and_then_them(backend: Backend) -> None:

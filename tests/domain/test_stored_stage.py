@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from app.domain.errors import EventRejected
 from app.domain.log import SessionLog
-from app.domain.staging import StagedEvents, stage, stage_stored
+from app.domain.staging import StagedEvents
+from app.domain.staging_rules import stage, stage_stored
 from tests.domain.builders import numbered, simple_turn, tool_turn, turns
 from tests.domain.test_properties import FAST, corrupt, corruptions, valid_logs
 

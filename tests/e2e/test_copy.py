@@ -19,7 +19,7 @@ from app.domain.clock import wall_clock_ms
 from app.domain.ids import new_instance
 from app.domain.log import seed_log
 from app.domain.session import SessionKey
-from app.domain.staging import stage
+from app.domain.staging_rules import stage
 from tests.e2e.server import REPO, run_app
 
 pytestmark = pytest.mark.e2e

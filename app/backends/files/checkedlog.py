@@ -3,10 +3,11 @@
 A worker process that checks a file for a start (:mod:`app.backends.files.fullcheck`) sends back only the record
 of the whole log, never the log: a :class:`~app.domain.log.SessionLog` grown there (its lines copied into one
 growing buffer, its line ends shifted one by one) would be thrown away. :class:`CheckedLog` is staged and committed
-exactly like one (the same :func:`~app.domain.staging.stage` and :func:`~app.domain.staging.stage_stored` decide
-what the rules let through, and read back earlier events the same way), but it keeps each committed window's lines
-as they came and its columns as flat arrays, and hands them over as the :class:`~app.backends.log_parts.LogDelta`
-of the whole log that :func:`~app.backends.files.checkpoints.encode_record` encodes.
+exactly like one (the same :func:`~app.domain.staging_rules.stage` and
+:func:`~app.domain.staging_rules.stage_stored` decide what the rules let through, and read back earlier events the
+same way), but it keeps each committed window's lines as they came and its columns as flat arrays, and hands them
+over as the :class:`~app.backends.log_parts.LogDelta` of the whole log that
+:func:`~app.backends.files.checkpoints.encode_record` encodes.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import orjson
 
 from app.backends.log_parts import LogDelta
 from app.domain.log_state import LogState
-from app.domain.staging import Checkpoint, StagedEvents, stage
+from app.domain.staging import Checkpoint, StagedEvents
+from app.domain.staging_rules import stage
 
 __all__ = ["CheckedLog"]
 

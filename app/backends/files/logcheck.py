@@ -31,7 +31,8 @@ from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
 from app.domain.log import SessionLog
 from app.domain.log_state import LogState
 from app.domain.session import SessionHeader
-from app.domain.staging import StagedEvents, stage_stored
+from app.domain.staging import StagedEvents
+from app.domain.staging_rules import stage_stored
 
 __all__ = ["CorruptLog", "RecoveredLog", "check_log", "parse_header", "recover_log", "salvage_log"]
 

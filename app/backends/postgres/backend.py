@@ -18,8 +18,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from app.backends.base import (
     IdempotencyRecord,
     Remember,
@@ -31,20 +29,17 @@ from app.backends.errors import Access, ChangeRefused, StaleHead, StorageUnavail
 from app.backends.postgres import queries
 from app.backends.postgres.chains import Chain
 from app.backends.postgres.core import COMMIT_SPAN, during
-from app.backends.postgres.pool import Connection
 from app.backends.postgres.quotas import bytes_without_created_at, check_quota, seed_bytes
 from app.backends.postgres.reads import PostgresReads
 from app.backends.postgres.rows import Rows
-from app.backends.postgres.state import decode_checkpoint, decode_state, encode_state, fork_state
-from app.backends.postgres.tips import CachedTip, StoredTip
+from app.backends.postgres.state import encode_state
+from app.backends.postgres.tips import CachedTip
 from app.domain.errors import SessionAlreadyExists
-from app.domain.history import fold_surface
 from app.domain.limits import NO_LIMITS
 from app.domain.log import SessionLog
 from app.domain.log_state import LogState
 from app.domain.session import HEADER_FIELDS, Session, SessionHeader, SessionKey, head_of
-from app.domain.staging import StagedEvents, replace_targets, stage
-from app.domain.summary import TITLE_TYPE, title_of
+from app.domain.staging import StagedEvents
 
 __all__ = ["PostgresBackend"]
 
@@ -170,26 +165,23 @@ class PostgresBackend(PostgresReads):
                 if count > source["count"]:
                     raise ChangeRefused(f'session "{seed.source.id}" holds fewer events than the fork was checked on')
                 parent: int | None = None
-                state = LogState()
                 chain: Chain | None = None
                 if count > 0:
                     chain = await self._chains.get(conn, source["log"])
                     # The child reads its seed from the log that stores the seed's last event (and its parents):
                     # chains stay as short as the forks they are made of.
                     parent = chain.owner(count - 1)
-                    turn_end = await conn.fetchrow(queries.TURN_END, parent, count - 1)
-                    if turn_end is None:
-                        raise ChangeRefused(f"the fork's seed no longer ends at a stored turn/end (seq {count - 1})")
-                    point, body_bytes = decode_checkpoint(turn_end["checkpoint"])
-                    whole = decode_state(source["state"], source["count"], [])
-                    state = fork_state(count, turn_end["time"], point, body_bytes, whole)
-                    if whole.title_seq is not None and whole.title_seq >= count:
-                        state.title, state.title_seq = await self._last_title(conn, chain, count)
-                rows = empty
-                added = 0  # the bytes of the events appended after the seed
-                if seed.then:
-                    staged = await self._stage_after_seed(conn, chain, state, seed)
-                    rows, state, added = Rows.of_staged(staged).params(), staged.state, len(staged.lines)
+                if seed.then is not None:  # staged by the service on seed_tip: stored as they are
+                    state, rows, added = seed.then.state, Rows.of_staged(seed.then).params(), len(seed.then.lines)
+                else:
+                    state, rows, added = LogState(), empty, 0
+                    if chain is not None:
+                        found = await self._seed_state(conn, chain, source, count)
+                        if found is None:
+                            raise ChangeRefused(
+                                f"the fork's seed no longer ends at a stored turn/end (seq {count - 1})"
+                            )
+                        state = found
                 # A fork counts its whole log (spec 14), measured now only when a bytes quota needs it.
                 limits = self._limits_of(key.tenant)
                 known: int | None = None
@@ -223,26 +215,6 @@ class PostgresBackend(PostgresReads):
                     await conn.execute(queries.INSERT_REMEMBERED, *_remembered_params(remember(session)))
         self._changed(key, made["change_seq"])
         return session
-
-    async def _last_title(self, conn: Connection, chain: Chain, stop: int) -> tuple[str | None, int | None]:
-        """The title of the last session/title event before ``stop``, and its seq."""
-        for row in await conn.fetch(queries.TITLE_CANDIDATES, *chain.arrays(0, stop)):
-            event = orjson.loads(row["line"])
-            if event.get("type") == TITLE_TYPE:
-                return title_of(event.get("data")), row["seq"]
-        return None, None
-
-    async def _stage_after_seed(
-        self, conn: Connection, chain: Chain | None, state: LogState, seed: SeedPrefix
-    ) -> StagedEvents:
-        """A fork's ``events`` checked as an append to its seed (whose state is ``state``, nodes not included)."""
-        events: dict[int, Any] = {}
-        if chain is not None:
-            state.nodes = fold_surface(await self._surface(conn, chain, 0, seed.count))
-            wanted = [seq for seq in replace_targets(seed.then) if 0 <= seq < seed.count]
-            events = await self._events_at(conn, chain, wanted)
-        breaks = dict(seed.breaks) if seed.breaks else None
-        return stage(StoredTip(state, events), seed.then, appended=True, now=seed.now, breaks=breaks)
 
     async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[IdempotencyRecord] = ()) -> None:
         cached = self._tips.get(key)

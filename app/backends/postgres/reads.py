@@ -23,11 +23,14 @@ from app.backends.postgres.chains import Chain
 from app.backends.postgres.core import PostgresCore
 from app.backends.postgres.pool import Connection
 from app.backends.postgres.rows import header_of_row
-from app.backends.postgres.state import decode_state
+from app.backends.postgres.state import decode_checkpoint, decode_state, fork_state
 from app.backends.postgres.tips import CachedTip, StoredTip
 from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.listing import PageRequest
+from app.domain.log_state import LogState
 from app.domain.session import Session, SessionKey, head_of
+from app.domain.staging import LogTip
+from app.domain.summary import TITLE_TYPE, title_of
 
 __all__ = ["PostgresReads", "session_of"]
 
@@ -170,6 +173,50 @@ class PostgresReads(PostgresCore):
             entry = await self._fresh(conn, key, row, chain)
             events = await self._events_at(conn, chain, [seq for seq in lookups if seq < entry.state.count])
         return Tip(entry.session, StoredTip(entry.state, events))
+
+    async def seed_tip(
+        self, source: SessionKey, instance: str, count: int, wanted: Iterable[int] = ()
+    ) -> LogTip | None:
+        # Read outside the fork's transaction, and safe so: the first ``count`` events of an incarnation (up to a
+        # turn/end) never change while it is live, and the fork's transaction claims the source again (CLAIM_SOURCE:
+        # this incarnation, at least ``count`` events) before it stores the batch staged on this tip.
+        async with self._connection(Access.READ) as conn:
+            row = await conn.fetchrow(queries.FIND, source.tenant, source.id)
+            if row is None or row["instance"] != instance:
+                return None
+            if count > row["count"]:
+                raise ReadFailed(f'session "{source.id}" holds fewer events than the fork was checked on')
+            if count == 0:
+                return StoredTip(LogState(), {})
+            chain = await self._chains.get(conn, row["log"])
+            state = await self._seed_state(conn, chain, row, count)
+            if state is None:
+                raise ReadFailed(f"the fork's seed no longer ends at a stored turn/end (seq {count - 1})")
+            state.nodes = fold_surface(await self._surface(conn, chain, 0, count))
+            events = await self._events_at(conn, chain, [seq for seq in set(wanted) if 0 <= seq < count])
+        return StoredTip(state, events)
+
+    async def _seed_state(self, conn: Connection, chain: Chain, source: asyncpg.Record, count: int) -> LogState | None:
+        """The state after the first ``count`` events (``count`` > 0) of the log ``chain`` whose session row is
+        ``source`` (surface nodes not included), from the checkpoint of its turn/end; None if no turn/end is stored
+        at ``count - 1``."""
+        turn_end = await conn.fetchrow(queries.TURN_END, chain.owner(count - 1), count - 1)
+        if turn_end is None:
+            return None
+        point, body_bytes = decode_checkpoint(turn_end["checkpoint"])
+        whole = decode_state(source["state"], source["count"], [])
+        state = fork_state(count, turn_end["time"], point, body_bytes, whole)
+        if whole.title_seq is not None and whole.title_seq >= count:
+            state.title, state.title_seq = await self._last_title(conn, chain, count)
+        return state
+
+    async def _last_title(self, conn: Connection, chain: Chain, stop: int) -> tuple[str | None, int | None]:
+        """The title of the last session/title event before ``stop``, and its seq."""
+        for row in await conn.fetch(queries.TITLE_CANDIDATES, *chain.arrays(0, stop)):
+            event = orjson.loads(row["line"])
+            if event.get("type") == TITLE_TYPE:
+                return title_of(event.get("data")), row["seq"]
+        return None, None
 
     async def tenants(self) -> list[str]:
         async with self._connection(Access.READ) as conn:

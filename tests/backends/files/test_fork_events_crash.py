@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.backends.base import SeedLog, SeedPrefix
+from app.backends.base import SeedLog
 from app.backends.files import FileBackend
 from app.domain.clock import wall_clock_ms
 from app.domain.ids import new_instance
@@ -16,7 +16,7 @@ from app.domain.listing import PageRequest
 from app.domain.log import seed_log
 from app.domain.session import SessionKey
 from tests.backends.files.faulty_ops import FaultyFileOps
-from tests.backends.test_contract import NOW, turn
+from tests.backends.test_contract import NOW, seed_with, turn
 
 pytestmark = pytest.mark.anyio
 
@@ -26,10 +26,7 @@ class Crash(BaseException):
 
 
 async def _fork_with_events(backend: FileBackend) -> None:
-    source = SessionKey("default", "src")
-    found = await backend.find(source)
-    assert found is not None
-    seed = SeedPrefix(source, found.header.instance, 8, then=turn(2, "edited"), now=NOW)
+    seed = await seed_with(backend, "src", 8, turn(2, "edited"))
     await backend.create(SessionKey("default", "kid"), new_instance(), {"parent_session": "src"}, seed)
 
 

@@ -20,7 +20,7 @@ from app.domain.clock import wall_clock_ms
 from app.domain.ids import new_instance
 from app.domain.log import seed_log
 from app.domain.session import DEFAULT_TENANT, SessionKey
-from app.domain.staging import stage
+from app.domain.staging_rules import stage
 from tests.backends.test_contract import NOW, turn
 from tests.support.postgres import PostgresCluster, PostgresServer, fresh_database_name
 

@@ -46,7 +46,7 @@ clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
 
 openapi: $(STAMP)
-	$(BIN)/python -m app.api.openapi_document
+	$(BIN)/python -m app.api.docs.openapi_document
 
 # The docs pages' browser files (Swagger UI, ReDoc), refreshed from vendor/package-lock.json with npm: a maintainer's
 # step, not a build step (the files are committed in app/api/ui/vendor/).

@@ -36,7 +36,7 @@ from app.api.settings import Settings
 from app.backends.files import FileBackend
 from app.backends.postgres import PostgresBackend
 from app.backends.postgres.state import encode_state
-from app.backends.search import tag_of
+from app.backends.search.engine import tag_of
 from app.domain.clock import wall_clock_ms
 from app.domain.dsh_records import encode_header
 from app.domain.log import seed_log

@@ -12,24 +12,24 @@ from fastapi import FastAPI
 from opentelemetry.sdk.trace import TracerProvider
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.app_state import AppState
-from app.api.append_shortcut import AppendShortcut
-from app.api.exposure import check_exposure
-from app.api.gateway import Gateway
-from app.api.idempotency import WIRE_ANSWERS
-from app.api.keys_file import KeysFile
-from app.api.keys_in_force import KeysInForce
-from app.api.metrics import Metrics
-from app.api.openapi import build_document
-from app.api.problems import install_problem_handlers
+from app.api.docs.openapi import build_document
+from app.api.edge.exposure import check_exposure
+from app.api.edge.keys_file import KeysFile
+from app.api.edge.keys_in_force import KeysInForce
+from app.api.fast_path.app_state import AppState
+from app.api.fast_path.append_shortcut import AppendShortcut
+from app.api.fast_path.gateway import Gateway
 from app.api.routes import routers
 from app.api.routes.events import APPEND_EVENTS
-from app.api.routing import PlainRoute
+from app.api.routing.calling import PlainRoute
 from app.api.settings import Settings
 from app.api.store import open_backend
-from app.api.telemetry import StorageTelemetry
-from app.api.tracing import Tracing, provider_from_environment
+from app.api.telemetry.metrics import Metrics
+from app.api.telemetry.per_request import StorageTelemetry
+from app.api.telemetry.tracing import Tracing, provider_from_environment
 from app.api.ui import static_mounts
+from app.api.wire.idempotency_key import WIRE_ANSWERS
+from app.api.wire.problems import install_problem_handlers
 from app.backends.base import Backend
 from app.domain.limits import TenantLimits
 from app.domain.session import DEFAULT_TENANT
@@ -40,7 +40,7 @@ __all__ = ["ForklogApp", "create_app"]
 
 
 def _append_route(app: FastAPI) -> PlainRoute:
-    """The documented append route, which the shortcut (app.api.append_shortcut) matches and calls."""
+    """The documented append route, which the shortcut (app.api.fast_path.append_shortcut) matches and calls."""
     for route in app.router.routes:
         if isinstance(route, PlainRoute) and route.spec is APPEND_EVENTS:
             return route
@@ -48,8 +48,8 @@ def _append_route(app: FastAPI) -> PlainRoute:
 
 
 class ForklogApp(FastAPI):
-    """FastAPI with the gateway (:mod:`app.api.gateway`) and the append shortcut in front of the framework's own
-    layers instead of among them: an HTTP request meets the gateway first, an append goes from there straight to
+    """FastAPI with the gateway (:mod:`app.api.fast_path.gateway`) and the append shortcut in front of the framework's
+    own layers instead of among them: an HTTP request meets the gateway first, an append goes from there straight to
     its route, and every other request goes on into FastAPI (its error, exception and body-limit layers, then the
     router) as before. Five framework layers a request, each a coroutine call and some a wrapper of ``send``, were
     a measurable share of an append's CPU; none of them did anything for an append. The lifespan goes to FastAPI."""
@@ -58,7 +58,7 @@ class ForklogApp(FastAPI):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.state = AppState()  # read on every request (app.api.app_state)
+        self.state = AppState()  # read on every request (app.api.fast_path.app_state)
 
     async def framework(self, scope: Scope, receive: Receive, send: Send) -> None:
         """FastAPI's own handling of a request: what the gateway and the shortcut hand on."""
@@ -78,8 +78,8 @@ def create_app(
     settings: Settings | None = None, *, backend: Backend | None = None, tracer_provider: TracerProvider | None = None
 ) -> ForklogApp:
     """Build the service on ``backend`` (by default the one the settings name, opened here). Refuses
-    (:class:`~app.api.exposure.ExposureRefused`, :class:`~app.api.keys_file.KeysFileError`) a service that would
-    let anyone in, or whose keys file is bad, before the backend is touched. Traces go to ``tracer_provider``, by
+    (:class:`~app.api.edge.exposure.ExposureRefused`, :class:`~app.api.edge.keys_file.KeysFileError`) a service that
+    would let anyone in, or whose keys file is bad, before the backend is touched. Traces go to ``tracer_provider``, by
     default to the one the ``OTEL_*`` variables select (none without them)."""
     settings = settings or Settings()
     check_exposure(settings)
@@ -102,7 +102,7 @@ def create_app(
         tenant_limits=tenant_limits,
         answers=WIRE_ANSWERS,
     )
-    # A reload wakes every stream and long-poll, so that those of a removed key end (app.api.keys_in_force).
+    # A reload wakes every stream and long-poll, so that those of a removed key end (app.api.edge.keys_in_force).
     keys = KeysInForce(keys_file, on_change=service.changes.wake_everyone) if keys_file is not None else None
 
     @asynccontextmanager
@@ -149,8 +149,8 @@ def create_app(
     # The session browser (/ui/) and the docs pages' scripts (/docs/assets/): files, after every API route.
     app.router.routes.extend(static_mounts())
     app.state.keys = keys
-    # The gateway does, in one layer, what every request meets first (app.api.gateway): its id, metrics and span,
-    # the access log, CORS, then keys and rate limits (or without keys the loopback guard) and the encoded-slash
+    # The gateway does, in one layer, what every request meets first (app.api.fast_path.gateway): its id, metrics and
+    # span, the access log, CORS, then keys and rate limits (or without keys the loopback guard) and the encoded-slash
     # guard, before anything else is looked at; then appends skip the framework, the others go into it.
     app.front = Gateway(
         AppendShortcut(app.framework, route=_append_route(app)),

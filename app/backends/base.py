@@ -26,7 +26,7 @@ from app.domain.session import Session, SessionHeader, SessionKey
 from app.domain.staging import LogTip, StagedEvents
 
 if TYPE_CHECKING:
-    from app.backends.search import SearchEngine
+    from app.backends.search.engine import SearchEngine
 
 __all__ = [
     "Backend",

@@ -1,5 +1,5 @@
 """The storage layer's errors. Each backend translates its foreign errors (``OSError``, the database driver's) into
-these in one place: :mod:`app.backends.files.disk_errors` and :mod:`app.backends.postgres.errors`.
+these in one place: :mod:`app.backends.files.disk.errors` and :mod:`app.backends.postgres.errors`.
 
     StorageError                 (a ForklogError) the store could not do what was asked
     ├── StorageUnavailable       STORAGE_UNAVAILABLE: the disk or database refused, or could not be reached

@@ -125,7 +125,7 @@ class _FileChecks:
         return self._reader.verify(progress)
 
     def salvage(self, key: SessionKey) -> Salvaged:
-        from app.backends.files.logcheck import CorruptLog
+        from app.backends.files.start.log_check import CorruptLog
 
         path = self._reader.log_path(key)
         try:

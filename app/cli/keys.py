@@ -14,7 +14,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from app.api.keys_file import KeysFileError, append_key
+from app.api.edge.keys_file import KeysFileError, append_key
 from app.domain.access import ApiKey, Scope, digest_of, key_line, new_secret
 from app.domain.ids import is_valid_id
 

@@ -13,8 +13,8 @@ import sys
 
 from pydantic import ValidationError
 
-from app.api.exposure import check_exposure
-from app.api.keys_file import read_keys_file
+from app.api.edge.exposure import check_exposure
+from app.api.edge.keys_file import read_keys_file
 from app.api.settings import Settings
 from app.api.store import open_backend
 from app.backends.errors import StorageError
@@ -58,7 +58,7 @@ def run(arguments: argparse.Namespace) -> int:
         begin_opening()
     # The web stack, imported and built while the store opens.
     from app.api.app import create_app
-    from app.api.http_server import serve
+    from app.api.fast_path.http_server import serve
 
     try:
         app = create_app(settings, backend=store)

@@ -10,7 +10,7 @@
     │   └── EventRejected            one event breaks a rule; turned into INVALID_EVENT or INVALID_SEED
     ├── StorageError                 app.backends.errors (STORAGE_UNAVAILABLE, SESSION_CORRUPT)
     ├── ServiceError                 app.service.errors
-    └── RequestProblem               app.api.problems
+    └── RequestProblem               app.api.wire.problems
 
 The codes are the contract's (spec section 3, "Errors") plus two of forklog's own for spec 9's 408 and 431. No HTTP
 status lives here: the API layer maps each code to its status, title and type in one table.

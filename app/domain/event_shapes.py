@@ -3,7 +3,7 @@ needs. The relations between events (turns, steps, calls) are :mod:`app.domain.e
 
 The core vocabulary (spec 1.2) is :data:`CORE_TYPES`, written once: each type with the check of its ``data`` and that
 shape as JSON Schema (:mod:`app.domain.shape_schemas`). The rules check by it and the OpenAPI document is made from
-it (:mod:`app.api.schemas`), so a type added here is checked and documented alike.
+it (:mod:`app.api.wire.schemas`), so a type added here is checked and documented alike.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The shapes of the event vocabulary (spec 1.1 to 1.3) as JSON Schema: the envelope's numbers, a message, a surface
 op, and each core type's ``data``. :data:`app.domain.event_shapes.CORE_TYPES` names, for each type, the shape of its
-``data`` here beside the check the rules run on it; :mod:`app.api.schemas` publishes both in the OpenAPI document.
+``data`` here beside the check the rules run on it; :mod:`app.api.wire.schemas` publishes both in the OpenAPI document.
 
 A shape says what the rules check and no more (a member the rules leave open stays open), so a client built from it
 never refuses a stored event; the relational rules (turn numbers, open steps, unanswered calls) are the server's.

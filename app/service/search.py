@@ -1,6 +1,6 @@
 """Search (spec 12): a session matches when its searchable text holds every word of the query, the last as a prefix.
 
-The index (an engine of :mod:`app.backends.search`: FTS5 beside the files, PostgreSQL's full-text search on
+The index (an engine of :mod:`app.backends.search.engine`: FTS5 beside the files, PostgreSQL's full-text search on
 PostgreSQL) is kept off the append path: the change feed marks a changed session *dirty* (another replica's
 changes included), and a background round (every ``round_seconds`` of the engine) reads what each dirty session
 gained through the storage seam and writes it to the index in one transaction. A search takes the index's
@@ -27,8 +27,8 @@ import orjson
 from app.backends.background import BackgroundLoop
 from app.backends.base import Backend, each_session
 from app.backends.errors import SessionCorrupt, StorageUnavailable
-from app.backends.search import IndexDamaged, IndexRow, SearchEngine
-from app.backends.search_index import SqliteSearchEngine
+from app.backends.search.engine import IndexDamaged, IndexRow, SearchEngine
+from app.backends.search.sqlite_index import SqliteSearchEngine
 from app.domain.listing import PageRequest
 from app.domain.search import Match, Query, SearchText
 from app.domain.session import Session, SessionKey

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from app.api.keys_file import KeysFileError
+from app.api.edge.keys_file import KeysFileError
 from app.domain.access import ApiKey, Scope, digest_of, key_line, new_secret
 from tests.api.builders import close_turn, note, open_turn, turn
 from tests.api.conftest import AppFactory, ClientFactory

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.api.app_state import AppState
+from app.api.fast_path.app_state import AppState
 
 
 def test_a_name_set_is_read_both_ways_and_removed_both_ways() -> None:

@@ -1,5 +1,5 @@
-"""Appends skip FastAPI's layers and the router (app/api/append_shortcut.py, ForklogApp in app/api/app.py): they
-must answer exactly as the documented route does."""
+"""Appends skip FastAPI's layers and the router (app/api/fast_path/append_shortcut.py, ForklogApp in app/api/app.py):
+they must answer exactly as the documented route does."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from starlette.routing import Router
 from starlette.testclient import TestClient
 
 from app.api.app import create_app
-from app.api.append_shortcut import AppendShortcut
+from app.api.fast_path.append_shortcut import AppendShortcut
 from app.api.settings import Settings
 from tests.api.builders import close_turn, note, open_turn
 from tests.api.conftest import ClientFactory

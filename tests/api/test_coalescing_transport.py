@@ -1,5 +1,5 @@
-"""What one step of the event loop writes to a connection leaves as one write (app.api.http_server): an answer's
-head and body reach the client together, nothing is lost or reordered, and a close or an end of writing sends
+"""What one step of the event loop writes to a connection leaves as one write (app.api.fast_path.http_server): an
+answer's head and body reach the client together, nothing is lost or reordered, and a close or an end of writing sends
 what is pending first."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from app.api.http_server import COALESCED_BYTES, CoalescingTransport
+from app.api.fast_path.http_server import COALESCED_BYTES, CoalescingTransport
 
 pytestmark = pytest.mark.anyio
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from app.api.openapi_document import COMMITTED, document, render
-from app.api.problems import PROBLEMS
-from app.api.schemas import problem_name
+from app.api.docs.openapi_document import COMMITTED, document, render
+from app.api.wire.problems import PROBLEMS
+from app.api.wire.schemas import problem_name
 from app.domain.errors import ErrorCode
 from app.domain.event_shapes import CORE_TYPES as VOCABULARY
 from tests.api.helpers import PROBLEM_JSON, SESSION_FIELDS

@@ -24,7 +24,7 @@ from fastapi import FastAPI
 from starlette.testclient import TestClient
 
 from app.api.app import create_app
-from app.api.openapi_document import document
+from app.api.docs.openapi_document import document
 from app.api.settings import Settings
 from app.backends.base import Backend
 from app.backends.errors import StaleHead, StorageUnavailable

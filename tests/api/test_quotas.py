@@ -229,7 +229,7 @@ def test_tenant_lines_set_each_tenants_limits_and_changes_take_effect(
 def test_a_bad_tenant_line_stops_the_start(
     make_app: AppFactory, tmp_path: Path, line: dict[str, Any], reason: str
 ) -> None:
-    from app.api.keys_file import KeysFileError
+    from app.api.edge.keys_file import KeysFileError
 
     keys = tmp_path / "keys.jsonl"
     _keys(keys, {"acme": new_secret()}, line)
@@ -238,7 +238,7 @@ def test_a_bad_tenant_line_stops_the_start(
 
 
 def test_two_tenant_lines_for_one_tenant_are_a_bad_line(make_app: AppFactory, tmp_path: Path) -> None:
-    from app.api.keys_file import KeysFileError
+    from app.api.edge.keys_file import KeysFileError
 
     keys = tmp_path / "keys.jsonl"
     _keys(keys, {"acme": new_secret()}, {"tenant": "acme", "maxSessions": 1}, {"tenant": "acme", "maxBytes": 9})

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from app.api.keys_file import KeysFileError
+from app.api.edge.keys_file import KeysFileError
 from app.domain.access import ApiKey, Scope, digest_of, key_line, new_secret
 from tests.api.builders import note
 from tests.api.conftest import AppFactory, ClientFactory

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.datastructures import Headers
 
-from app.api.raw_headers import all_values, first_values
+from app.api.wire.raw_headers import all_values, first_values
 
 NAMES = st.sampled_from([b"host", b"origin", b"content-type", b"idempotency-key", b"x-other"])
 VALUES = st.binary(max_size=8)

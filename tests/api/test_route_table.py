@@ -1,4 +1,4 @@
-"""Each route is declared once (app/api/route_table.py): its key scope and whether it is open come from that
+"""Each route is declared once (app/api/routing/declarations.py): its key scope and whether it is open come from that
 declaration, and a request that names no route's path and method needs what the routes of its path need."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from fastapi import Request
 from fastapi.responses import Response
 
-from app.api.route_table import RouteSpec
-from app.api.routing import PlainRoute, json_response
+from app.api.routing.calling import PlainRoute, json_response
+from app.api.routing.declarations import RouteSpec
 from app.domain.access import Scope
 from tests.api.conftest import AppFactory, ClientFactory
 from tests.api.helpers import assert_problem

@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 from starlette.testclient import TestClient
 
-from app.backends.search_index import SqliteSearchEngine
+from app.backends.search.sqlite_index import SqliteSearchEngine
 from app.domain.access import Scope
 from tests.api.builders import assistant_message, step_end, step_start, tool_call, tool_result, turn_end, turn_start
 from tests.api.conftest import LOCAL, AppFactory, ClientFactory

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from app.api.keys_file import KeysFileError
+from app.api.edge.keys_file import KeysFileError
 from app.backends.base import Backend
 from app.backends.files import FileBackend
 from app.backends.postgres import PostgresBackend

@@ -21,7 +21,7 @@ from starlette.testclient import TestClient
 
 from app.api.app import create_app
 from app.api.settings import Settings
-from app.api.tracing import provider_from_environment
+from app.api.telemetry.tracing import provider_from_environment
 from tests.api.builders import note
 from tests.api.conftest import LOCAL
 from tests.api.helpers import serve, wait_ready

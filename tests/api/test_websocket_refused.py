@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.auth import Authenticator
-from app.api.loopback import LoopbackGuard
+from app.api.edge.auth import Authenticator
+from app.api.edge.loopback import LoopbackGuard
 from app.domain.access import KeyRing
 
 PLANTED = "planted-key-0123456789"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from app.api.wire import SESSION_MEMBERS, session_json, session_payload
+from app.api.wire.resources import SESSION_MEMBERS, session_json, session_payload
 from app.domain.session import LogHead, Session, SessionHeader, SessionKey
 
 HEADERS = [

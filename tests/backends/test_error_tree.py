@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-import app.api.problems
+import app.api.wire.problems
 import app.backends.errors as storage
 import app.service.errors
-from app.api.problems import PROBLEMS
+from app.api.wire.problems import PROBLEMS
 from app.domain.errors import ErrorCode, ForklogError
 
 
@@ -25,7 +25,7 @@ def _every_subclass(base: type[ForklogError]) -> list[type[ForklogError]]:
 
 
 def test_each_code_is_fixed_by_one_class() -> None:
-    assert app.api.problems and app.service.errors  # every layer's errors are loaded
+    assert app.api.wire.problems and app.service.errors  # every layer's errors are loaded
     fixing: dict[ErrorCode, list[str]] = defaultdict(list)
     for cls in _every_subclass(ForklogError):
         if "code" in vars(cls) and cls is not ForklogError:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.backends.errors import ChangeRefused
-from app.backends.search_index import SearchIndex, match_text
+from app.backends.search.sqlite_index import SearchIndex, match_text
 from app.domain.session import SessionKey
 
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from app.api.wire import json_array_pieces
+from app.api.wire.resources import json_array_pieces
 from app.domain.log import SessionLog
 from tests.domain.builders import turns
 

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.api.wire import session_json
+from app.api.wire.resources import session_json
 from app.domain.errors import ErrorCode, SessionError
 from tests.domain.builders import (
     append,

@@ -24,7 +24,7 @@ RUNS = 8
 # lock keeps a second line with the same id out.
 AT_ONCE = """
 import os, sys, time
-import app.api.keys_file as keys_file
+import app.api.edge.keys_file as keys_file
 from app.cli.main import main
 
 parse = keys_file.parse_keys_file

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from app.api.problems import PROBLEM_JSON, PROBLEMS
+from app.api.wire.problems import PROBLEM_JSON, PROBLEMS
 from app.domain.jsonvalue import loads as lossless_loads
 from app.domain.log import seed_log
 from tests.events import assistant_message, user_message

@@ -36,8 +36,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from app.api.app import create_app
-from app.api.problems import PROBLEM_JSON, PROBLEMS
 from app.api.settings import Settings
+from app.api.wire.problems import PROBLEM_JSON, PROBLEMS
 from tests.fuzz.support import REPO, scaled, seed_of_turns, turn_events
 
 OPENAPI = REPO / "openapi" / "openapi.json"

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import orjson
 import pytest
 
-from app.api.wire import decode_cursor, encode_cursor
+from app.api.wire.resources import decode_cursor, encode_cursor
 from app.backends.catalog import LiveSession
 from app.backends.memory import MemoryBackend
 from app.domain.errors import ErrorCode, ForklogError

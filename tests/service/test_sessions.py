@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.api.wire import session_json
+from app.api.wire.resources import session_json
 from app.backends.catalog import LiveSession
 from app.backends.errors import StorageUnavailable
 from app.backends.memory import MemoryBackend

@@ -7,8 +7,8 @@ from fastapi import Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.responses import JSONResponse, Response
 
-from app.api.route_table import RouteSpec
-from app.api.routing import new_router
+from app.api.routing.calling import new_router
+from app.api.routing.declarations import RouteSpec
 from app.api.ui import DOCS_ASSETS
 
 __all__ = ["router"]

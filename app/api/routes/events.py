@@ -5,14 +5,14 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import Response
 
-from app.api.idempotency import answer_response, idempotent_request
-from app.api.keys_in_force import revoked_answer, still_allowed
-from app.api.openapi import SESSION_ID
-from app.api.requests import APPEND, READ_QUERY
-from app.api.route_table import RouteSpec
-from app.api.routing import body_of, json_response, key_of, new_router, service_of
-from app.api.schemas import AppendResponse, EventsPage
-from app.api.wire import json_array
+from app.api.docs.openapi import SESSION_ID
+from app.api.edge.keys_in_force import revoked_answer, still_allowed
+from app.api.routing.calling import body_of, json_response, key_of, new_router, service_of
+from app.api.routing.declarations import RouteSpec
+from app.api.wire.idempotency_key import answer_response, idempotent_request
+from app.api.wire.requests import APPEND, READ_QUERY
+from app.api.wire.resources import json_array
+from app.api.wire.schemas import AppendResponse, EventsPage
 from app.domain.access import Scope
 from app.domain.errors import ErrorCode
 

@@ -8,14 +8,14 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from app.api.idempotency import answer_response, idempotent_request
-from app.api.openapi import SESSION_ID
-from app.api.problems import invalid_request
-from app.api.requests import FORK, FORK_BOUNDARIES, SNAPSHOT
-from app.api.route_table import RouteSpec
-from app.api.routing import body_of, key_of, new_router, service_of
-from app.api.schemas import SessionOut, SnapshotOut
-from app.api.wire import json_array_pieces, session_json
+from app.api.docs.openapi import SESSION_ID
+from app.api.routing.calling import body_of, key_of, new_router, service_of
+from app.api.routing.declarations import RouteSpec
+from app.api.wire.idempotency_key import answer_response, idempotent_request
+from app.api.wire.problems import invalid_request
+from app.api.wire.requests import FORK, FORK_BOUNDARIES, SNAPSHOT
+from app.api.wire.resources import json_array_pieces, session_json
+from app.api.wire.schemas import SessionOut, SnapshotOut
 from app.domain.access import Scope
 from app.domain.errors import ErrorCode
 

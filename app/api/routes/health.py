@@ -6,9 +6,9 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
-from app.api.route_table import RouteSpec
-from app.api.routing import is_admin, json_response, key_in_force, new_router, service_of
-from app.api.schemas import Health, Ready
+from app.api.routing.calling import is_admin, json_response, key_in_force, new_router, service_of
+from app.api.routing.declarations import RouteSpec
+from app.api.wire.schemas import Health, Ready
 from app.domain.errors import ErrorCode
 
 __all__ = ["router"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import Response
 
-from app.api.openapi import SESSION_ID
-from app.api.requests import HISTORY_QUERY
-from app.api.route_table import RouteSpec
-from app.api.routing import json_response, key_of, new_router, service_of
-from app.api.schemas import History
+from app.api.docs.openapi import SESSION_ID
+from app.api.routing.calling import json_response, key_of, new_router, service_of
+from app.api.routing.declarations import RouteSpec
+from app.api.wire.requests import HISTORY_QUERY
+from app.api.wire.schemas import History
 from app.domain.access import Scope
 from app.domain.errors import ErrorCode
 from app.domain.jsonvalue import dumps

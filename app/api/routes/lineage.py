@@ -6,11 +6,11 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
-from app.api.openapi import SESSION_ID
-from app.api.route_table import RouteSpec
-from app.api.routing import json_response, key_of, new_router, service_of
-from app.api.schemas import Lineage
-from app.api.wire import session_json
+from app.api.docs.openapi import SESSION_ID
+from app.api.routing.calling import json_response, key_of, new_router, service_of
+from app.api.routing.declarations import RouteSpec
+from app.api.wire.resources import session_json
+from app.api.wire.schemas import Lineage
 from app.domain.access import Scope
 
 __all__ = ["router"]

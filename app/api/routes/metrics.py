@@ -1,5 +1,5 @@
-"""``GET /metrics``: the Prometheus exposition of :mod:`app.api.metrics` (spec 13); the ``admin`` scope with a keys
-file, open without one; ``404 NOT_FOUND`` when metrics are off (``FORKLOG_METRICS=false``)."""
+"""``GET /metrics``: the Prometheus exposition of :mod:`app.api.telemetry.metrics` (spec 13); the ``admin`` scope with a
+keys file, open without one; ``404 NOT_FOUND`` when metrics are off (``FORKLOG_METRICS=false``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import contextlib
 from fastapi import Request
 from fastapi.responses import PlainTextResponse, Response
 
-from app.api.metrics import Metrics
-from app.api.problems import RequestProblem
-from app.api.route_table import RouteSpec
-from app.api.routing import new_router, service_of
+from app.api.routing.calling import new_router, service_of
+from app.api.routing.declarations import RouteSpec
+from app.api.telemetry.metrics import Metrics
+from app.api.wire.problems import RequestProblem
 from app.backends.errors import StorageError
 from app.domain.access import Scope
 from app.domain.errors import ErrorCode

@@ -6,15 +6,15 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
-from app.api.idempotency import answer_response, idempotent_request
-from app.api.listing import list_query_of, query_digest
-from app.api.openapi import SESSION_ID
-from app.api.problems import invalid_request
-from app.api.requests import CREATE, LIST_QUERY
-from app.api.route_table import RouteSpec
-from app.api.routing import body_of, json_response, key_of, new_router, service_of, tenant_of
-from app.api.schemas import SessionOut, SessionPage
-from app.api.wire import decode_cursor, encode_cursor, match_json, session_json, session_payload
+from app.api.docs.openapi import SESSION_ID
+from app.api.routing.calling import body_of, json_response, key_of, new_router, service_of, tenant_of
+from app.api.routing.declarations import RouteSpec
+from app.api.wire.idempotency_key import answer_response, idempotent_request
+from app.api.wire.listing import list_query_of, query_digest
+from app.api.wire.problems import invalid_request
+from app.api.wire.requests import CREATE, LIST_QUERY
+from app.api.wire.resources import decode_cursor, encode_cursor, match_json, session_json, session_payload
+from app.api.wire.schemas import SessionOut, SessionPage
 from app.domain.access import Scope
 from app.domain.errors import ErrorCode
 from app.domain.listing import PageRequest

@@ -7,7 +7,7 @@ the log go out as one write (their frames joined), not one write each: the cost 
 a reader that catches up or follows a busy session costs a fraction of what one socket write per event costs. A
 reader that falls behind costs one batch of events: the tail reads the log at its own cursor, and the connection's
 flow control holds the rest. A stream whose key is removed from the keys file (or loses ``read``) ends: no event
-stored after that reaches it (:mod:`app.api.keys_in_force`).
+stored after that reaches it (:mod:`app.api.edge.keys_in_force`).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from fastapi import Request
 from fastapi.responses import Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.api.keys_in_force import still_allowed
-from app.api.openapi import SESSION_ID
-from app.api.requests import STREAM_QUERY, last_event_id
-from app.api.route_table import RouteSpec
-from app.api.routing import key_of, new_router, service_of
+from app.api.docs.openapi import SESSION_ID
+from app.api.edge.keys_in_force import still_allowed
+from app.api.routing.calling import key_of, new_router, service_of
+from app.api.routing.declarations import RouteSpec
+from app.api.wire.requests import STREAM_QUERY, last_event_id
 from app.domain.access import Scope
 from app.domain.errors import ErrorCode
 from app.service.sessions import Deleted, TailEvents

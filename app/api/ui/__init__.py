@@ -17,7 +17,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import PathLike, StaticFiles
 from starlette.types import ASGIApp, Scope
 
-from app.api.route_table import RouteSpec
+from app.api.routing.declarations import RouteSpec
 
 __all__ = ["DOCS_ASSETS", "PAGE_DIR", "UI_PATH", "VENDOR_DIR", "OpenFiles", "static_mounts"]
 

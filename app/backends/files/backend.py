@@ -3,7 +3,7 @@
 Every log is also held in this process's memory (reads never touch the disk); every change is written and synced
 before it is acknowledged, and only then made visible in memory. One process owns a data directory at a time.
 While it runs, every session's checked prefix is kept current in the checkpoint journal, in the background
-(:mod:`app.backends.files.checkpointer`), so that a start after a crash checks only what came after it.
+(:mod:`app.backends.files.checkpoints.keeper`), so that a start after a crash checks only what came after it.
 """
 
 from __future__ import annotations
@@ -35,18 +35,18 @@ from app.backends.base import (
 from app.backends.catalog import Catalog, LiveSession
 from app.backends.catalog_reads import CatalogReads, readiness_of, starting_log
 from app.backends.errors import Access
-from app.backends.files.checkpointer import REWRITE_MIN_BYTES, Checkpointer
-from app.backends.files.cuts import CUT_SUFFIX, CutRecords
-from app.backends.files.datadir import DataDir
-from app.backends.files.disk_errors import disk_errors
-from app.backends.files.fileops import FileOps, release_free_memory
-from app.backends.files.fullcheck import START_BYTES as PARALLEL_CHECK_BYTES
+from app.backends.files.appends.cuts import CUT_SUFFIX, CutRecords
+from app.backends.files.appends.writer import OPEN_FILES, AppendWriter
+from app.backends.files.checkpoints.journal import JOURNAL_NAME, Journal
+from app.backends.files.checkpoints.keeper import REWRITE_MIN_BYTES, Checkpointer
+from app.backends.files.disk.datadir import DataDir
+from app.backends.files.disk.errors import disk_errors
+from app.backends.files.disk.fileops import FileOps, release_free_memory
 from app.backends.files.idempotency_journal import IdempotencyJournal, lines_digest
-from app.backends.files.journal import JOURNAL_NAME, Journal
-from app.backends.files.recovery import CorruptLog, Recovery, RecoveryReport, parse_header
-from app.backends.files.writer import OPEN_FILES, AppendWriter
+from app.backends.files.start.parallel_checks import START_BYTES as PARALLEL_CHECK_BYTES
+from app.backends.files.start.recovery import CorruptLog, Recovery, RecoveryReport, parse_header
 from app.backends.observer import StorageObserver
-from app.backends.search_index import SqliteSearchEngine
+from app.backends.search.sqlite_index import SqliteSearchEngine
 from app.domain.dsh_records import encode_header
 from app.domain.errors import SessionAlreadyExists
 from app.domain.log import SessionLog
@@ -91,7 +91,7 @@ class FileBackend(CatalogReads):
     at a clean shutdown and when :meth:`checkpoint` is called. The checkpoint journal is rewritten once it is three
     times its size after the last rewrite and larger than ``journal_rewrite_bytes``. Files no checkpoint covers
     are checked by ``check_workers`` processes (default: one per core) once they add up to ``parallel_check_bytes``
-    (:mod:`app.backends.files.fullcheck`).
+    (:mod:`app.backends.files.start.parallel_checks`).
     """
 
     name = "files"

@@ -46,7 +46,7 @@ import orjson
 
 from app.backends.base import IdempotencyRecord
 from app.backends.errors import IdempotencyKeyTaken
-from app.backends.files.fileops import FileKind, FileOps
+from app.backends.files.disk.fileops import FileKind, FileOps
 
 __all__ = ["JOURNAL_NAME", "IdempotencyJournal", "lines_digest"]
 

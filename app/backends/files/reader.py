@@ -20,11 +20,11 @@ from app.backends.base import CorruptEntry
 from app.backends.catalog import Catalog
 from app.backends.catalog_reads import CatalogReads
 from app.backends.errors import DataDirLocked, StaleHead, StartRefused
-from app.backends.files.cuts import CutRecords
-from app.backends.files.datadir import DataDir
-from app.backends.files.fileops import FileKind, FileOps
-from app.backends.files.journal import JOURNAL_NAME, Journal
-from app.backends.files.recovery import Recovery, RecoveryReport, salvage_log
+from app.backends.files.appends.cuts import CutRecords
+from app.backends.files.checkpoints.journal import JOURNAL_NAME, Journal
+from app.backends.files.disk.datadir import DataDir
+from app.backends.files.disk.fileops import FileKind, FileOps
+from app.backends.files.start.recovery import Recovery, RecoveryReport, salvage_log
 from app.domain.log import SessionLog
 from app.domain.session import SessionHeader, SessionKey
 
@@ -124,7 +124,7 @@ class FileReader(CatalogReads):
 
     def salvage(self, key: SessionKey) -> tuple[SessionHeader, SessionLog, str | None]:
         """What the damaged file of ``key`` holds before its damage (see
-        :func:`~app.backends.files.recovery.salvage_log`); CorruptLog or OSError (read from :meth:`log_path`)."""
+        :func:`~app.backends.files.start.recovery.salvage_log`); CorruptLog or OSError (read from :meth:`log_path`)."""
         return salvage_log(key.id, self._read_regular(self.log_path(key)), now=self._clock())
 
     def _read_regular(self, path: Path) -> bytes:

@@ -2,7 +2,7 @@
 
 One row of ``forklog_search`` per session holds the words of its searchable text exactly as the service cuts them
 (:func:`app.domain.search.words`: runs of letters and digits, in lower case), each one lexeme of its own after its
-tenant's tag (:func:`app.backends.search.tagged`): the vector is made with ``array_to_tsvector``, not by a text
+tenant's tag (:func:`app.backends.search.engine.tagged`): the vector is made with ``array_to_tsvector``, not by a text
 search configuration, so PostgreSQL's parser, stemmers and stop words never see the text, and a query's words are
 lexemes of a ``tsquery`` written out quoted (the last as a prefix, ``:*``) after the caller's tag. What the rule
 calls a word is a lexeme here, whatever its script, digits or punctuation around it: the candidates are a superset
@@ -29,7 +29,7 @@ from typing import Any
 
 from app.backends.errors import Access
 from app.backends.postgres.pool import Connection
-from app.backends.search import IndexedSession, IndexRow, SessionWalk, tagged, untagged
+from app.backends.search.engine import IndexedSession, IndexRow, SessionWalk, tagged, untagged
 from app.domain.session import SessionKey
 
 __all__ = ["VECTOR_BYTES", "WORD_CHARACTERS", "PostgresSearch", "query_text"]
@@ -138,7 +138,7 @@ def _words_param(tenant: str, words: frozenset[str]) -> tuple[str, int]:
 
 
 class PostgresSearch:
-    """The :class:`~app.backends.search.SearchEngine` in the database that ``connection`` reaches."""
+    """The :class:`~app.backends.search.engine.SearchEngine` in the database that ``connection`` reaches."""
 
     # Each dirty session costs a round two reads and its share of a write, which compete with the appends for the
     # pool and this process's CPU: a round a second takes the appends of that second to a session at once.

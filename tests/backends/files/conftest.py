@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from app.api.wire import session_json
+from app.api.wire.resources import session_json
 from app.backends.base import CorruptEntry
 from app.backends.catalog import LiveSession
 from app.backends.files import FileBackend, FileOps

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.backends.files.fileops import FileOps
+from app.backends.files.disk.fileops import FileOps
 
 
 class FaultyFileOps(FileOps):

@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from app.backends.files.checkpoints import encode_record
-from app.backends.files.logcheck import WINDOW_BYTES, CorruptLog, check_log, recover_log
+from app.backends.files.checkpoints.records import encode_record
+from app.backends.files.start.log_check import WINDOW_BYTES, CorruptLog, check_log, recover_log
 from app.backends.log_parts import log_since
 from app.domain.log import SessionLog, seed_log
 from app.domain.session import SessionKey
@@ -80,7 +80,7 @@ def test_a_check_worker_starts_without_importing_the_backend() -> None:
         [
             sys.executable,
             "-c",
-            "import sys, app.backends.files.fullcheck; print('app.backends.files.backend' in sys.modules)",
+            "import sys, app.backends.files.start.parallel_checks; print('app.backends.files.backend' in sys.modules)",
         ],
         capture_output=True,
         check=True,

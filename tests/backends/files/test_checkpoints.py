@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from app.backends.files.checkpoints import read_chains
-from app.backends.files.fileops import FileOps
-from app.backends.files.journal import MAGIC, Journal
+from app.backends.files.checkpoints.journal import MAGIC, Journal
+from app.backends.files.checkpoints.records import read_chains
+from app.backends.files.disk.fileops import FileOps
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import FileStore, OpenStore, observe, session_file
 from tests.backends.files.faulty_ops import FaultyFileOps

@@ -19,8 +19,8 @@ from typing import Any
 import orjson
 import pytest
 
-from app.backends.files.fullcheck import FullChecks
-from app.backends.files.recovery import Recovery
+from app.backends.files.start.parallel_checks import FullChecks
+from app.backends.files.start.recovery import Recovery
 from app.domain.errors import ErrorCode, ForklogError
 from app.domain.log import seed_log
 from tests.backends.files import builders as b
@@ -248,7 +248,7 @@ def test_the_workers_start_before_the_first_file_when_the_start_expects_enough_b
 
 _KILLED_START = """
 import sys, time
-from app.backends.files.fullcheck import FullChecks
+from app.backends.files.start.parallel_checks import FullChecks
 
 checks = FullChecks(now=0, workers=2, start_bytes=0)
 path = sys.argv[1]

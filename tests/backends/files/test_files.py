@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from app.api.wire import session_json
+from app.api.wire.resources import session_json
 from app.backends.errors import DataDirLocked
 from app.backends.files import FileBackend
 from app.domain.clock import wall_clock_ms

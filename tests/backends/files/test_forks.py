@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from app.backends.files.fileops import FileOps
+from app.backends.files.disk.fileops import FileOps
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import OpenStore, observe, session_file
 from tests.backends.files.faulty_ops import FaultyFileOps

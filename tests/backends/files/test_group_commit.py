@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from app.backends.errors import StorageUnavailable
-from app.backends.files.fileops import FileOps
+from app.backends.files.disk.fileops import FileOps
 from app.domain.errors import SessionError
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import FileStore, OpenStore, session_file

@@ -7,7 +7,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from app.backends.files.writer import OPEN_FILES
+from app.backends.files.appends.writer import OPEN_FILES
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import OpenStore, session_file
 

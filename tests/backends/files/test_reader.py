@@ -13,8 +13,8 @@ import pytest
 
 from app.backends.errors import DataDirLocked, SessionCorrupt
 from app.backends.files import FileBackend
-from app.backends.files.cuts import CUT_SUFFIX, Cut, CutRecords
-from app.backends.files.fileops import FileOps
+from app.backends.files.appends.cuts import CUT_SUFFIX, Cut, CutRecords
+from app.backends.files.disk.fileops import FileOps
 from app.backends.files.reader import FileReader, NoStore
 from app.domain.clock import wall_clock_ms
 from app.domain.session import SessionKey

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from app.backends.files import syncfs_child
-from app.backends.files.cuts import CutRecords
-from app.backends.files.fileops import FileOps
-from app.backends.files.sync_process import ENDS_BEFORE_GIVING_UP, ProcessSyncer, _request
-from app.backends.files.syncers import RoundAppend, SyncDone, Syncer, SyncTarget, ThreadSyncer
-from app.backends.files.writer import AppendWriter
+from app.backends.files.appends import syncfs_child
+from app.backends.files.appends.cuts import CutRecords
+from app.backends.files.appends.sync_process import ENDS_BEFORE_GIVING_UP, ProcessSyncer, _request
+from app.backends.files.appends.syncers import RoundAppend, SyncDone, Syncer, SyncTarget, ThreadSyncer
+from app.backends.files.appends.writer import AppendWriter
+from app.backends.files.disk.fileops import FileOps
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import FileStore, session_file
 
@@ -113,8 +113,8 @@ def test_an_append_under_way_as_the_writer_closes_is_written_and_synced(tmp_path
 
 # -- the sync process ------------------------------------------------------------------------------------------------
 
-# A stand-in for the sync process (app/backends/files/syncfs_child.py), speaking its protocol: it answers EIO, or ends
-# at its first request, or (``once``) ends at the first request of its first life and syncs in the next.
+# A stand-in for the sync process (app/backends/files/appends/syncfs_child.py), speaking its protocol: it answers EIO,
+# or ends at its first request, or (``once``) ends at the first request of its first life and syncs in the next.
 FAKE_CHILD = """
 import os, sys
 mode, marker = sys.argv[1], sys.argv[2]
@@ -393,7 +393,7 @@ def test_an_append_written_before_its_round_is_synced_through_its_own_file(tmp_p
 
 
 def test_a_file_stays_open_until_its_append_has_cut_it_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("app.backends.files.writer.OPEN_FILES", 0)  # every file is closed as soon as it may be
+    monkeypatch.setattr("app.backends.files.appends.writer.OPEN_FILES", 0)  # every file is closed as soon as it may be
     syncer = ScriptedSyncer()
     writer = syncing_writer(syncer)
     (path,) = session_files(tmp_path, 1)

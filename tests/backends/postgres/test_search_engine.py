@@ -22,7 +22,7 @@ from app.backends.errors import Access
 from app.backends.postgres import PostgresBackend
 from app.backends.postgres.schema import SCHEMA_VERSION
 from app.backends.postgres.search import WORD_CHARACTERS, PostgresSearch, query_text
-from app.backends.search import IndexRow
+from app.backends.search.engine import IndexRow
 from app.domain.clock import wall_clock_ms
 from app.domain.search import Query, SearchText
 from app.domain.session import SessionKey

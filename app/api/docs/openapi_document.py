@@ -12,7 +12,7 @@ from app.api.settings import Settings
 
 __all__ = ["COMMITTED", "document", "render"]
 
-COMMITTED = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
+COMMITTED = Path(__file__).resolve().parents[3] / "openapi" / "openapi.json"
 
 
 def document() -> dict[str, Any]:

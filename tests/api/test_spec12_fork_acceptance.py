@@ -213,6 +213,19 @@ class _KilledMidFork(FileOps):
     def __init__(self, data_dir: Path, copies: Path) -> None:
         self.data_dir, self.copies = data_dir, copies
         self.taken: list[Path] = []
+        # Only the child's own file counts: the checkpoint journal, written by a thread of its own whenever it
+        # likes, holds the child's preview (the marker) too, and a copy made for it would be no step of the fork.
+        self._child_files: set[int] = set()
+
+    def open(self, path: Any, flags: int, mode: int = 0o600) -> int:
+        fd = super().open(path, flags, mode)
+        if Path(path).name.startswith("kid."):
+            self._child_files.add(fd)
+        return fd
+
+    def close(self, fd: int) -> None:
+        self._child_files.discard(fd)
+        super().close(fd)
 
     def _copy(self) -> None:
         copy = self.copies / f"killed-{len(self.taken)}"
@@ -220,7 +233,7 @@ class _KilledMidFork(FileOps):
         self.taken.append(copy)
 
     def write_all(self, fd: int, data: bytes | bytearray | memoryview) -> None:
-        if b"regenerate-marker" in bytes(data):
+        if fd in self._child_files and b"regenerate-marker" in bytes(data):
             self._copy()
         super().write_all(fd, data)
 

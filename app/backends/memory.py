@@ -6,6 +6,7 @@ for tests and trials (``FORKLOG_BACKEND=memory``); a restart starts empty.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -57,7 +58,7 @@ class MemoryBackend(CatalogReads):
         self.remembered = IdempotencyRecords()
         self.observer: StorageObserver = NO_STORAGE_OBSERVER  # nothing here is durable: never told of anything
 
-    @property
+    @functools.cached_property  # one object for the life of the backend, looked at on every fork and delete
     def capabilities(self) -> Capabilities:
         return Capabilities(counts_locally=self)
 

@@ -137,7 +137,7 @@ class FileBackend(CatalogReads):
     def data_dir(self) -> Path:
         return self.datadir.root
 
-    @property
+    @functools.cached_property  # one object for the life of the backend, looked at on every fork and delete
     def capabilities(self) -> Capabilities:
         return Capabilities(counts_locally=self, search_engine=self.search_engine, begin_opening=self.begin_opening)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import deque
@@ -104,7 +105,7 @@ class PostgresCore:
         self._sweeper = Periodic("forklog-sweep", sweep_interval, self._sweep_once)
         self._limits_of: LimitsOf = lambda tenant: NO_LIMITS
 
-    @property
+    @functools.cached_property  # one object for the life of the backend, looked at on every fork and delete
     def capabilities(self) -> Capabilities:
         return Capabilities(enforces_quotas=self, search_engine=self.search_engine, sweep_lease=self.sweep_lease)
 

@@ -30,7 +30,7 @@ from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
 from app.backends.postgres import queries
 from app.backends.postgres.chains import ChainCache
 from app.backends.postgres.changes import Doorbell, ReplicaChanges
-from app.backends.postgres.errors import DRIVER_ERRORS, database_errors
+from app.backends.postgres.errors import DRIVER_ERRORS, database_errors, fails_for_good
 from app.backends.postgres.failover import PrimaryWatch
 from app.backends.postgres.pool import Connection, PoolSettings, connect, open_pool, redact
 from app.backends.postgres.schema import migrate
@@ -143,6 +143,12 @@ class PostgresCore:
             except StartRefused:
                 raise
             except DRIVER_ERRORS as exc:
+                if fails_for_good(exc):
+                    # A migration the role may not run, or one the database refuses: waiting would hang the start.
+                    raise StartRefused(
+                        f"the database {self.where} refused the start's schema upgrade or fill ({type(exc).__name__}: "
+                        f"{exc}); fix the database or the role's privileges, then start again"
+                    ) from exc
                 if not self._wait:
                     raise StorageUnavailable(f"cannot reach the database {self.where}: {exc}") from None
                 now = time.monotonic()

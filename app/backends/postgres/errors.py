@@ -30,7 +30,7 @@ import asyncpg
 
 from app.backends.errors import Access, IdempotencyKeyTaken, OutcomeUnknown, StorageUnavailable
 
-__all__ = ["DRIVER_ERRORS", "Attempt", "database_errors", "server_lost", "translate"]
+__all__ = ["DRIVER_ERRORS", "Attempt", "database_errors", "fails_for_good", "server_lost", "translate"]
 
 logger = logging.getLogger("forklog.storage")
 
@@ -72,6 +72,12 @@ NOT_A_PRIMARY: tuple[type[Exception], ...] = (
 
 REMEMBERED_KEY = "forklog_remembered_pkey"
 
+# SQLSTATE classes of an error that the same statement meets again however long one waits: a data exception (22),
+# an integrity violation (23), a statement the server cannot run or the role may not (42: syntax, undefined object,
+# insufficient privilege), a feature the engine lacks (0A), and the server's internal errors (XX). An outage, a
+# standby, a lock or a serialization failure is none of these.
+FOR_GOOD_CLASSES = frozenset({"0A", "22", "23", "42", "XX"})
+
 
 @dataclass(slots=True)
 class Attempt:
@@ -100,6 +106,12 @@ def translate(exc: Exception, access: Access, *, sent: bool = True) -> Exception
     if access is Access.CHANGE and sent and isinstance(exc, CONNECTION_LOST) and not isinstance(exc, NOT_SENT):
         return OutcomeUnknown(reason)
     return access.refused(reason)
+
+
+def fails_for_good(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server refusing a statement in a way no retry of it can mend (see FOR_GOOD_CLASSES)."""
+    sqlstate = getattr(exc, "sqlstate", None) if isinstance(exc, asyncpg.PostgresError) else None
+    return isinstance(sqlstate, str) and sqlstate[:2] in FOR_GOOD_CLASSES
 
 
 def server_lost(exc: BaseException) -> bool:

@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -100,6 +101,25 @@ async def test_a_newer_schema_refuses_to_open_naming_both_versions(forklog_db: s
     with pytest.raises(StartRefused, match=f"version {SCHEMA_VERSION + 1}.*version {SCHEMA_VERSION}"):
         await backend.open()
     await backend.close()
+
+
+async def test_a_schema_upgrade_the_role_may_not_run_refuses_at_once_instead_of_waiting_for_ever(
+    pg_server: PostgresServer,
+) -> None:
+    # PostgreSQL 15 lets no role but the owner create tables in a new database's public schema.
+    name = pg_server.create_database(fresh_database_name("no_create"))
+    role = f"no_create_{name[-8:]}"
+    try:
+        await scalar(pg_server.url(name), f"CREATE ROLE {role} LOGIN PASSWORD '{role}'")
+        parts = urlsplit(pg_server.url(name))
+        url = urlunsplit(parts._replace(netloc=f"{role}:{role}@{parts.hostname}:{parts.port}"))
+        backend = PostgresBackend(url, clock=wall_clock_ms)
+        with pytest.raises(StartRefused, match="InsufficientPrivilegeError"):
+            await asyncio.wait_for(backend.open(), timeout=20)
+        await backend.close()
+    finally:
+        pg_server.drop_database(name)
+        await scalar(pg_server.url("postgres"), f"DROP ROLE IF EXISTS {role}")
 
 
 async def test_events_are_stored_as_their_exact_text(forklog_db: str, opened: list[PostgresBackend]) -> None:

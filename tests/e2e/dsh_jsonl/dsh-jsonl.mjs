@@ -6,6 +6,8 @@
 //       -> {ok, path, frames}: the raw DSH log at PATH (its header line, then storage records, packed rows
 //          expanded by DSH's own decoder) written through DSH's own write path: create, then one durable append
 //          per turn (each turn/end closes a batch)
+//   {"op":"locate","root":R,"compression":"zstd","meta":{header line}}
+//       -> {ok, path}: where the backend keeps (or looks for) that session's file
 //   {"op":"load","root":R,"compression":"zstd","id":ID}
 //       -> {ok, list, meta, events, raw}: list() of the root, load(id) (recovery and the store's seed checks
 //          included), and readRaw(id)'s logical text
@@ -50,6 +52,10 @@ async function answer(request) {
       await persistence.create(meta)
       for (const batch of batches) await persistence.append(meta.id, batch)
       return { ok: true, path: persistence.locate(meta).path, batches: batches.length }
+    }
+    if (request.op === 'locate') {
+      const { type, ...meta } = request.meta
+      return { ok: true, path: persistence.locate(meta).path }
     }
     if (request.op === 'load') {
       const list = (await persistence.list()).map((header) => header.id).sort()

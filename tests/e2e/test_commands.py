@@ -25,8 +25,10 @@ TURN = len(b.full_turn(1))
 
 
 def make_sessions(data_dir: Path) -> None:
+    """Three sessions in raw .jsonl files (the tests read and damage their lines)."""
+
     async def make() -> None:
-        store = await FileStore(data_dir).open()
+        store = await FileStore(data_dir, compression="none").open()
         await store.create("demo", b.turns(1, 2), {"cwd": "/work"})
         await store.fork("demo", child_id="child")
         await store.create("other", b.turns(1, 1), None)

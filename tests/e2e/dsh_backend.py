@@ -130,10 +130,13 @@ class DshBackend:
             raise DshRefused(answer["error"]["message"])
         return answer
 
-    def write(self, root: Path, log: Path) -> Written:
+    def write(self, root: Path, log: Path, session_id: str | None = None) -> Written:
         """The raw DSH log ``log`` written by DSH's backend into ``root`` in its default encoding (zstd), one durable
-        append per turn; where it put the file."""
-        answer = self._ask({"op": "write", "root": str(root), "log": str(log)})
+        append per turn (under ``session_id`` if given, else the header's id); where it put the file."""
+        request: dict[str, Any] = {"op": "write", "root": str(root), "log": str(log)}
+        if session_id is not None:
+            request["id"] = session_id
+        answer = self._ask(request)
         return Written(Path(answer["path"]), answer["batches"])
 
     def load(self, root: Path, session_id: str, compression: str = "zstd") -> Loaded:

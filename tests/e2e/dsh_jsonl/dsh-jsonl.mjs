@@ -2,10 +2,10 @@
 // request per line on stdin, one JSON answer per line on stdout. Each request names a DSH root; the backend is made
 // for it afresh (its config is per root), used, and disposed.
 //
-//   {"op":"write","root":R,"compression":"zstd","log":PATH}
+//   {"op":"write","root":R,"compression":"zstd","log":PATH,"id":ID?}
 //       -> {ok, path, frames}: the raw DSH log at PATH (its header line, then storage records, packed rows
 //          expanded by DSH's own decoder) written through DSH's own write path: create, then one durable append
-//          per turn (each turn/end closes a batch)
+//          per turn (each turn/end closes a batch); with ID, under that id instead of the header's
 //   {"op":"locate","root":R,"compression":"zstd","meta":{header line}}
 //       -> {ok, path}: where the backend keeps (or looks for) that session's file
 //   {"op":"load","root":R,"compression":"zstd","id":ID}
@@ -49,6 +49,7 @@ async function answer(request) {
   try {
     if (request.op === 'write') {
       const { meta, batches } = readRawLog(request.log)
+      if (request.id !== undefined) meta.id = request.id
       await persistence.create(meta)
       for (const batch of batches) await persistence.append(meta.id, batch)
       return { ok: true, path: persistence.locate(meta).path, batches: batches.length }

@@ -95,6 +95,7 @@ CALLS = {
     # A stream that started would never end here: a wrong instance is refused after the keys, before the stream.
     "stream_events": Call("GET", "/sessions/demo/events/stream?instance=0", Scope.READ, 409),
     "read_history": Call("GET", "/sessions/demo/history", Scope.READ, 200),
+    "read_log": Call("GET", "/sessions/demo/log", Scope.READ, 200),
     "read_lineage": Call("GET", "/sessions/demo/lineage", Scope.READ, 200),
     "snapshot_session": Call("POST", "/sessions/demo/snapshot", Scope.READ, 200, {"atSeq": 8}),
     "fork_session": Call("POST", "/sessions/demo/fork", Scope.WRITE, 201, {"atSeq": 8, "sessionId": "kid"}),

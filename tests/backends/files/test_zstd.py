@@ -35,6 +35,13 @@ def run(coroutine: Any) -> Any:
     return asyncio.run(coroutine)
 
 
+def make(data_dir: Path, compression: str) -> None:
+    async def open_and_close() -> None:
+        await (await opened(data_dir, compression=compression)).close()
+
+    run(open_and_close())
+
+
 # -- the setting and the record ----------------------------------------------------------------------------------
 
 
@@ -66,7 +73,7 @@ def test_a_data_directory_without_a_record_is_none(data_dir: Path) -> None:
 
 @pytest.mark.parametrize(("made", "asked"), [("zstd", "none"), ("none", "zstd")])
 def test_a_start_asking_for_the_other_encoding_is_refused(data_dir: Path, made: str, asked: str) -> None:
-    run(opened(data_dir, compression=made)).backend.datadir.unlock()
+    make(data_dir, made)
     with pytest.raises(StartRefused) as refused:
         FileBackend(data_dir, clock=wall_clock_ms, compression=asked)
     message = str(refused.value)
@@ -196,7 +203,7 @@ def test_damage_in_a_complete_frame_makes_the_session_corrupt(data_dir: Path, da
 
 
 def test_a_file_of_the_other_encoding_is_corrupt_naming_it(data_dir: Path) -> None:
-    run(opened(data_dir)).backend.datadir.unlock()
+    make(data_dir, "zstd")
     (data_dir / "sessions" / "raw.jsonl").write_bytes(b'{"type":"session","version":0,"id":"raw","createdAt":1}\n')
 
     async def restart() -> None:

@@ -13,10 +13,12 @@ import zstandard
 from app.api.settings import Settings
 from app.backends.errors import StartRefused
 from app.backends.files import FileBackend
+from app.backends.files.reader import FileReader
 from app.backends.files.frames.compaction import SMALL_FRAME_TEXT
 from app.domain.clock import wall_clock_ms
 from app.domain.dsh_frames import decode_log, encode_frame, walk_frames
 from app.domain.errors import ErrorCode, ForklogError
+from app.domain.session import SessionKey
 from bench import streamed_sessions
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import FileStore
@@ -322,3 +324,21 @@ def test_a_compacted_sessions_fork_and_checkpoint_see_the_new_frames(data_dir: P
         await again.close()
 
     run(scenario())
+
+
+def test_a_salvage_keeps_the_whole_frames_before_the_damage(data_dir: Path) -> None:
+    async def write() -> bytes:
+        store = await opened(data_dir)
+        await store.create("s", b.full_turn(1, "x" * SMALL_FRAME_TEXT), None)
+        await store.append("s", b.full_turn(2))
+        kept = store.get("s").log.lines(0, len(b.full_turn(1)))
+        await store.close()
+        return kept
+
+    kept = run(write())
+    path = zstd_file(data_dir, "s")
+    data = path.read_bytes()
+    path.write_bytes(data[:-3] + bytes([data[-3] ^ 0xFF]) + data[-2:])
+    header, log, left_out = FileReader(data_dir, clock=wall_clock_ms).salvage(SessionKey("default", "s"))
+    assert header.id == "s" and log.lines() == kept
+    assert left_out is not None and "damaged zstd frames" in left_out

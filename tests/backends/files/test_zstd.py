@@ -13,8 +13,8 @@ import zstandard
 from app.api.settings import Settings
 from app.backends.errors import StartRefused
 from app.backends.files import FileBackend
-from app.backends.files.reader import FileReader
 from app.backends.files.frames.compaction import SMALL_FRAME_TEXT
+from app.backends.files.reader import FileReader
 from app.domain.clock import wall_clock_ms
 from app.domain.dsh_frames import decode_log, encode_frame, walk_frames
 from app.domain.errors import ErrorCode, ForklogError

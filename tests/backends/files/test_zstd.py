@@ -342,3 +342,22 @@ def test_a_salvage_keeps_the_whole_frames_before_the_damage(data_dir: Path) -> N
     header, log, left_out = FileReader(data_dir, clock=wall_clock_ms).salvage(SessionKey("default", "s"))
     assert header.id == "s" and log.lines() == kept
     assert left_out is not None and "damaged zstd frames" in left_out
+
+
+def test_worker_processes_check_compressed_files_as_one_process_would(data_dir: Path) -> None:
+    async def scenario() -> None:
+        store = await opened(data_dir)
+        for number in range(4):
+            await store.create(f"s{number}", b.turns(1, 3), None)
+            await store.append(f"s{number}", b.open_turn(4))
+        before = {f"s{number}": store.get(f"s{number}").log.lines() for number in range(4)}
+        await store.crash()
+        for leftover in (data_dir / "index").iterdir():
+            leftover.unlink()  # no checkpoint: every event is checked, by the workers
+        again = await opened(data_dir, check_workers=2, parallel_check_bytes=0)
+        assert again.backend.recovery.parallel_files == 4
+        assert {name: again.get(name).log.lines() for name in before} == before
+        await again.append("s0", b.close_turn(4))
+        await again.close()
+
+    run(scenario())

@@ -41,7 +41,7 @@ def turn(number: int, text: str) -> list[dict[str, Any]]:
 
 async def fill(data_dir: Path) -> None:
     """Sessions of two tenants: seeded, appended to (an open turn too), forked, forked again, one deleted."""
-    backend = FileBackend(data_dir, clock=wall_clock_ms, sync=False)
+    backend = FileBackend(data_dir, clock=wall_clock_ms, sync=False, compression="none")
     await backend.open()
 
     async def fork(source: SessionKey, child: str, count: int, **lineage: Any) -> None:

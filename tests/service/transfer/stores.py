@@ -23,7 +23,7 @@ async def put(backend: Backend, key: SessionKey, events: list[Any], **lineage: A
 
 async def fill(data_dir: Path) -> None:
     """The sessions ``NAMES`` of each tenant of ``TENANTS`` in a data directory."""
-    backend = FileBackend(data_dir, clock=wall_clock_ms, sync=False)
+    backend = FileBackend(data_dir, clock=wall_clock_ms, sync=False, compression="none")
     await backend.open()
     try:
         for tenant in TENANTS:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from app.backends.files.frames.index import FrameIndex
 from app.domain.dsh_frames import DamagedFrames, walk_frames
 
-__all__ = ["DecodedFile", "decode_file"]
+__all__ = ["DecodedFile", "decode_file", "intact_text"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,3 +32,12 @@ def decode_file(data: bytes) -> DecodedFile:
         raise DamagedFrames(0, "the first zstd frame holds more than the header line")
     index = FrameIndex(header.end, ((frame.length, len(frame.text)) for frame in walk.frames[1:]))
     return DecodedFile(walk.text, index, walk.torn_at)
+
+
+def intact_text(data: bytes) -> tuple[bytes, str | None]:
+    """The text of ``data``'s frames up to the first damaged one (what ``export --salvage`` can keep), and why the
+    rest was left out (None: nothing was, but a torn final frame)."""
+    try:
+        return walk_frames(data).text, None
+    except DamagedFrames as damage:
+        return walk_frames(data[: damage.offset]).text, f"damaged zstd frames: {damage}"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -138,3 +139,15 @@ def test_the_log_needs_read_and_shows_only_the_callers_tenant(make_client: Any, 
     assert_problem(client.get("/sessions/s/log", headers=keys.auth("appender")), 403, "FORBIDDEN")
     assert_problem(client.get("/sessions/s/log", headers=keys.auth("other")), 404, "SESSION_NOT_FOUND")
     assert_problem(client.get("/sessions/s/log", headers=keys.auth("none")), 401, "UNAUTHENTICATED")
+
+
+@pytest.mark.files_only
+def test_a_damaged_session_answers_session_corrupt(make_client: Any, data_dir: Path) -> None:
+    (data_dir / "sessions").mkdir(parents=True)
+    (data_dir / "sessions" / "bad.jsonl").write_bytes(
+        b'{"type":"session","version":0,"id":"bad","createdAt":1,"delegationDepth":0}\nnot json\n'
+    )
+    client = make_client(compression="none")
+
+    assert_problem(client.get("/sessions/bad/log"), 503, "SESSION_CORRUPT")
+    assert_problem(client.get("/sessions/bad/log", headers=ZSTD), 503, "SESSION_CORRUPT")

@@ -48,6 +48,12 @@ class Settings(BaseSettings):
     )
     log_level: LogLevel = Field("info", description="the lowest level logged")
     fsync: bool = Field(True, description="sync every change to disk before answering; turn off only in tests")
+    compression: Literal["zstd", "none"] | None = Field(
+        None,
+        description="how a new data directory stores its sessions: zstd (DSH's .jsonl.zstd, the default for a new "
+        "one) or none (raw .jsonl); a directory keeps the one it was made with, and a start asking for the other "
+        "is refused",
+    )
     allowed_hosts: CommaList = Field(
         default_factory=list, description="Host names served besides loopback addresses and localhost"
     )
@@ -86,7 +92,7 @@ class Settings(BaseSettings):
     def store(self) -> StoreSettings:
         """The store these settings name (:func:`~app.backends.open.open_store` opens it)."""
         place = self.data_dir if self.database_url is None else self.database_url.get_secret_value()
-        return StoreSettings(place, memory=self.backend == "memory", fsync=self.fsync)
+        return StoreSettings(place, memory=self.backend == "memory", fsync=self.fsync, compression=self.compression)
 
     def tenant_limits(self) -> TenantLimits:
         """The tenant default's limits these settings give (spec 14)."""

@@ -171,7 +171,8 @@ class Reader(Protocol):
 
     def chunks(self, key: SessionKey, instance: str, stop: int) -> AsyncIterator[bytes]:
         """The JSONL lines of events ``0`` .. ``stop - 1`` of that incarnation, a piece at a time (a snapshot's
-        seed); the events are those of the moment of the call, whatever happens to the session meanwhile."""
+        seed, an exported log: the last of them may be any event); the events are those of the moment of the call,
+        whatever happens to the session meanwhile."""
 
 
 class Writer(Protocol):

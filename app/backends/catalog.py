@@ -48,9 +48,11 @@ class LiveSession:
     ``checkpointed`` is the file backend's: how many of the log's events a durable checkpoint covers, or -1 when
     the session's file does not hold the log's bytes as they are in memory (a DSH log with packed rows): such a
     session is never checkpointed, and a fork of it is written from memory.
+
+    ``frames`` is the file backend's too: where the frames of a compressed (``.jsonl.zstd``) file end, else None.
     """
 
-    __slots__ = ("_log", "changed_at", "checkpointed", "header", "key", "updated_at")
+    __slots__ = ("_log", "changed_at", "checkpointed", "frames", "header", "key", "updated_at")
 
     def __init__(
         self,
@@ -60,12 +62,14 @@ class LiveSession:
         *,
         changed_at: int,
         checkpointed: int = 0,
+        frames: Any = None,
     ) -> None:
         self.key = key
         self.header = header
         self._log = log
         self.changed_at = changed_at
         self.checkpointed = checkpointed
+        self.frames = frames
         self.updated_at = self.last_activity()  # the catalog's copy: where it stands in the order by updatedAt
 
     @property

@@ -37,11 +37,13 @@ class OpenFor(Enum):
 class StoreSettings:
     """Which store: the data directory ``place`` names, or the PostgreSQL database its ``postgresql://`` URL names
     (a ``str``); with ``memory``, a service's memory instead (nothing kept). A data directory syncs each change to
-    disk before it is answered, unless ``fsync`` is off."""
+    disk before it is answered, unless ``fsync`` is off. ``compression`` is the encoding a data directory is asked
+    to hold (spec 16: ``zstd`` or ``none``); None takes the directory's own (``zstd`` for a new one)."""
 
     place: Path | str
     memory: bool = False
     fsync: bool = True
+    compression: str | None = None
 
     @classmethod
     def at(cls, place: str) -> StoreSettings:
@@ -84,7 +86,7 @@ def open_store(store: StoreSettings, use: OpenFor, *, every_event: bool = False)
         return PostgresBackend(store.place, clock=wall_clock_ms, wait=use is OpenFor.SERVE)
     from app.backends.files import FileBackend
 
-    return FileBackend(store.place, clock=wall_clock_ms, sync=store.fsync)
+    return FileBackend(store.place, clock=wall_clock_ms, sync=store.fsync, compression=store.compression)
 
 
 def _reader(store: StoreSettings, *, every_event: bool) -> ReadOnlyStore:

@@ -95,6 +95,7 @@ CALLS = {
     # A stream that started would never end here: a wrong instance is refused after the keys, before the stream.
     "stream_events": Call("GET", "/sessions/demo/events/stream?instance=0", Scope.READ, 409),
     "read_history": Call("GET", "/sessions/demo/history", Scope.READ, 200),
+    "read_log": Call("GET", "/sessions/demo/log", Scope.READ, 200),
     "read_lineage": Call("GET", "/sessions/demo/lineage", Scope.READ, 200),
     "snapshot_session": Call("POST", "/sessions/demo/snapshot", Scope.READ, 200, {"atSeq": 8}),
     "fork_session": Call("POST", "/sessions/demo/fork", Scope.WRITE, 201, {"atSeq": 8, "sessionId": "kid"}),
@@ -184,10 +185,10 @@ def test_each_tenant_has_its_own_folder_and_default_keeps_sessions(
     client = keyed()
     for caller in ("readwrite", "other", "default"):
         assert client.post("/sessions", json={"id": "demo"}, headers=keys.auth(caller)).status_code == 201
-    assert sorted(path.relative_to(data_dir).as_posix() for path in data_dir.rglob("*.jsonl")) == [
-        "sessions/demo.jsonl",
-        "tenants/acme/sessions/demo.jsonl",
-        "tenants/beta/sessions/demo.jsonl",
+    assert sorted(path.relative_to(data_dir).as_posix() for path in data_dir.rglob("*.jsonl.zstd")) == [
+        "sessions/demo.jsonl.zstd",  # a new data directory's encoding: zstd
+        "tenants/acme/sessions/demo.jsonl.zstd",
+        "tenants/beta/sessions/demo.jsonl.zstd",
     ]
 
 

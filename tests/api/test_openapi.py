@@ -28,6 +28,7 @@ OPERATIONS = {
     "append_events": ("post", "/sessions/{id}/events", "201"),
     "read_events": ("get", "/sessions/{id}/events", "200"),
     "stream_events": ("get", "/sessions/{id}/events/stream", "200"),
+    "read_log": ("get", "/sessions/{id}/log", "200"),
     "read_lineage": ("get", "/sessions/{id}/lineage", "200"),
     "read_history": ("get", "/sessions/{id}/history", "200"),
     "snapshot_session": ("post", "/sessions/{id}/snapshot", "200"),

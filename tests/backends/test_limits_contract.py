@@ -28,8 +28,8 @@ pytestmark = pytest.mark.anyio
 
 
 def unopened(factory: BackendFactory) -> Backend:
-    if factory.kind == "file":
-        return FileBackend(factory.place, clock=wall_clock_ms, sync=False)
+    if factory.files:
+        return FileBackend(factory.place, clock=wall_clock_ms, sync=False, compression=factory.compression)
     if factory.kind == "postgres":
         assert factory.database_url is not None
         return PostgresBackend(factory.database_url, clock=wall_clock_ms)

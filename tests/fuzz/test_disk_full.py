@@ -176,7 +176,7 @@ class FailingDisk(FileOps):
 
 
 async def _in_process(data_dir: Path, disk: FailingDisk) -> None:
-    backend = FileBackend(data_dir, clock=wall_clock_ms, ops=disk)
+    backend = FileBackend(data_dir, clock=wall_clock_ms, ops=disk, compression="none")
     app = create_app(Settings(data_dir=data_dir, fsync=True), backend=backend)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -243,7 +243,7 @@ def test_writes_refused_for_a_while_answer_503_and_lose_nothing(tmp_path: Path) 
 
     # Reopened from disk (as after a restart): every session whole, none corrupt.
     async def reopen() -> None:
-        reopened = FileBackend(data_dir, clock=wall_clock_ms)
+        reopened = FileBackend(data_dir, clock=wall_clock_ms, compression="none")
         try:
             await reopened.open()
             assert reopened.corrupt == []

@@ -26,7 +26,8 @@ EventInput = Mapping[str, Any] | Event
 
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
-    """One request: ``read`` turns a 2xx answer's JSON (``None`` for an empty body) into the result."""
+    """One request: ``read`` turns a 2xx answer's JSON (``None`` for an empty body), or with ``accept`` its bytes
+    as they came (a file of that media type), into the result."""
 
     method: str
     path: str
@@ -35,9 +36,17 @@ class Call(Generic[T]):
     content: bytes | None = None
     idempotency_key: str | None = None
     gone_is_done: bool = False  # a delete: a retry answered 404 means an earlier attempt did it
+    accept: str | None = None  # the media type of a file to read whole (its bytes, not JSON)
+
+    def answer(self, content: bytes) -> T:
+        if self.accept is not None:
+            return self.read(content)
+        return self.read(json.loads(content) if content else None)
 
     def headers(self) -> dict[str, str]:
         headers: dict[str, str] = {}
+        if self.accept is not None:
+            headers["Accept"] = self.accept
         if self.content is not None:
             headers["Content-Type"] = "application/json"
         if self.idempotency_key is not None:
@@ -100,6 +109,15 @@ def append(
 
 def history(session_id: str, at_seq: int | None) -> Call[History]:
     return Call("GET", session_path(session_id, "history"), History, params=_params(atSeq=at_seq))
+
+
+LOG_MEDIA_TYPES = {"none": "application/x-ndjson", "zstd": "application/zstd"}
+
+
+def log(session_id: str, compression: str) -> Call[bytes]:
+    if compression not in LOG_MEDIA_TYPES:
+        raise ValueError(f"compression is 'none' or 'zstd', not {compression!r}")
+    return Call("GET", session_path(session_id, "log"), bytes, accept=LOG_MEDIA_TYPES[compression])
 
 
 def snapshot(session_id: str, instance: str | None, at_seq: int | None, expected_seq: int | None) -> Call[Snapshot]:

@@ -68,7 +68,7 @@ class Forklog:
                 retry += 1
                 continue
             if response.is_success:
-                return call.read(response.json() if response.content else None)
+                return call.answer(response.content)
             problem = problem_of(response)
             if call.gone_is_done and gone_after_retry(response, problem, retry):
                 return call.read(None)
@@ -186,6 +186,11 @@ class Sessions:
 
     def history(self, id: str, at_seq: int | None = None) -> History:
         return self._client._send(_calls.history(id, at_seq))
+
+    def log(self, id: str, compression: str = "none") -> bytes:
+        """The session's DSH log as a file, as ``forklog export`` writes it: raw JSONL (``compression="none"``),
+        or DSH's ``.jsonl.zstd`` (``"zstd"``)."""
+        return self._client._send(_calls.log(id, compression))
 
     def snapshot(
         self, id: str, instance: str | None = None, at_seq: int | None = None, expected_seq: int | None = None

@@ -58,6 +58,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sessions/{id}/log": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The session's DSH log as a file: raw JSONL, or .jsonl.zstd on Accept: application/zstd */
+        get: operations["read_log"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/sessions/{id}/events/stream": {
         parameters: {
             query?: never;
@@ -1071,6 +1088,11 @@ export interface components {
          * @description a problem read_lineage answers with status 503
          */
         ReadLineage503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
+        /**
+         * ReadLog503Problem
+         * @description a problem read_log answers with status 503
+         */
+        ReadLog503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
         /**
          * Ready
          * @description Every tenant's counts and corrupt list to an admin key; its tenant's counts to another key; no key: status.
@@ -2712,6 +2734,120 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": components["schemas"]["AppendEvents503Problem"];
+                };
+            };
+        };
+    };
+    read_log: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the session id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the session's DSH log as `forklog export` writes it: the header line, then every stored line (application/x-ndjson), or DSH's .jsonl.zstd of those lines (application/zstd, when Accept asks for it) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": string;
+                    "application/zstd": string;
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request (a Host this service does not serve: without keys it serves only this machine) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description UNAUTHENTICATED: Unauthenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnauthenticatedProblem"];
+                };
+            };
+            /** @description FORBIDDEN: Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForbiddenProblem"];
+                };
+            };
+            /** @description SESSION_NOT_FOUND: Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["SessionNotFoundProblem"];
+                };
+            };
+            /** @description REQUEST_TIMEOUT: Request timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RequestTimeoutProblem"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE: Request headers too large */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["HeadersTooLargeProblem"];
+                };
+            };
+            /** @description INTERNAL: Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InternalProblem"];
+                };
+            };
+            /** @description NOT_READY: Not ready; STORAGE_UNAVAILABLE: Storage unavailable; SESSION_CORRUPT: Session corrupt */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ReadLog503Problem"];
                 };
             };
         };

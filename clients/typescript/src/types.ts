@@ -79,6 +79,11 @@ export interface HistoryOptions {
   atSeq?: number;
 }
 
+/** `log`'s encoding: raw JSONL (`none`, the default) or DSH's `.jsonl.zstd` (`zstd`). */
+export interface LogOptions {
+  compression?: "none" | "zstd";
+}
+
 export interface SnapshotOptions {
   instance?: string;
   atSeq?: number;

@@ -317,3 +317,19 @@ test("random drops change nothing twice and miss nothing", async () => {
   assert.deepEqual((await sessionIds("ts-random")).sort(), [1, 2, 3, 4].map((n) => `ts-random-${n}`));
   assert.ok((await faultsSince(mark)).length >= 5);
 });
+
+test("log reads the session as its DSH file, raw or zstd", async () => {
+  const forklog = client(SERVER);
+  await forklog.sessions.create({ id: "ts-log", meta: { cwd: "/work" } });
+  await forklog.sessions.append("ts-log", turn(1));
+
+  const raw = new TextDecoder().decode(await forklog.sessions.log("ts-log"));
+  const compressed = await forklog.sessions.log("ts-log", { compression: "zstd" });
+
+  const [header, ...lines] = raw.trimEnd().split("\n");
+  assert.deepEqual([JSON.parse(header).type, JSON.parse(header).id, JSON.parse(header).cwd], ["session", "ts-log", "/work"]);
+  assert.deepEqual(lines.map((line) => JSON.parse(line).seq), turn(1).map((_, seq) => seq));
+  assert.ok(compressed instanceof Uint8Array);
+  assert.deepEqual([...compressed.subarray(0, 4)], [0x28, 0xb5, 0x2f, 0xfd]);
+  await assert.rejects(forklog.sessions.log("ts-nobody"), SessionNotFoundError);
+});

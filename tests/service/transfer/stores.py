@@ -21,9 +21,10 @@ async def put(backend: Backend, key: SessionKey, events: list[Any], **lineage: A
     await backend.create(key, new_instance(), lineage, SeedLog(seed_log(events, now=1)))
 
 
-async def fill(data_dir: Path) -> None:
-    """The sessions ``NAMES`` of each tenant of ``TENANTS`` in a data directory."""
-    backend = FileBackend(data_dir, clock=wall_clock_ms, sync=False)
+async def fill(data_dir: Path, compression: str = "none") -> None:
+    """The sessions ``NAMES`` of each tenant of ``TENANTS`` in a data directory (raw .jsonl files by default: the
+    tests read their lines)."""
+    backend = FileBackend(data_dir, clock=wall_clock_ms, sync=False, compression=compression)
     await backend.open()
     try:
         for tenant in TENANTS:

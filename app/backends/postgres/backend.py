@@ -29,6 +29,7 @@ from app.backends.errors import Access, ChangeRefused, StaleHead, StorageUnavail
 from app.backends.postgres import queries
 from app.backends.postgres.chains import Chain
 from app.backends.postgres.core import COMMIT_SPAN, during
+from app.backends.postgres.packs import Packs
 from app.backends.postgres.quotas import bytes_without_created_at, check_quota, seed_bytes
 from app.backends.postgres.reads import PostgresReads
 from app.backends.postgres.rows import Rows
@@ -105,7 +106,10 @@ class PostgresBackend(PostgresReads):
         remember: Remember | None,
     ) -> Session:
         rows = Rows.of_log(log)
-        copied = len(log) > COPY_EVENTS
+        # The seed's ended turns go in as packs (compressed off the event loop when they are many), its open turn
+        # as small rows.
+        packs = await asyncio.to_thread(rows.take_packs) if len(log) > COPY_EVENTS else rows.take_packs()
+        copied = len(rows.seqs) > COPY_EVENTS
         statement = queries.CREATE_SESSION if restored_at is None else queries.RESTORE_SESSION
         known = bytes_without_created_at(SessionHeader(id=key.id, created_at=0, instance=instance, **lineage))
         known += log.byte_size
@@ -140,6 +144,7 @@ class PostgresBackend(PostgresReads):
                     *rows.params(),
                     known,
                     now,
+                    *packs.params(),
                 )
                 if made is None:
                     raise SessionAlreadyExists(key.id)
@@ -206,6 +211,7 @@ class PostgresBackend(PostgresReads):
                     *rows,
                     known,
                     now,
+                    *Packs().params(),
                 )
                 if made is None:
                     raise SessionAlreadyExists(key.id)
@@ -214,6 +220,8 @@ class PostgresBackend(PostgresReads):
                 if remember is not None:
                     await conn.execute(queries.INSERT_REMEMBERED, *_remembered_params(remember(session)))
         self._changed(key, made["change_seq"])
+        if seed.then is not None and seed.then.checkpoints:
+            self._packer.wake(log_id)
         return session
 
     async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[IdempotencyRecord] = ()) -> None:
@@ -258,6 +266,8 @@ class PostgresBackend(PostgresReads):
             raise StaleHead(f'session "{key.id}" moved (or was replaced) since the batch was staged')
         self.observer.synced(events, committed)
         self._changed(key, row["change_seq"])
+        if staged.checkpoints:  # a turn ended: its small rows are packed now, in the background
+            self._packer.wake(cached.log)
         session = Session(key, cached.session.header, head_of(staged.state), changed_at)
         self._tips.put(key, CachedTip(session, cached.log, staged.state))
 

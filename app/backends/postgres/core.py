@@ -32,6 +32,7 @@ from app.backends.postgres.chains import ChainCache
 from app.backends.postgres.changes import Doorbell, ReplicaChanges
 from app.backends.postgres.errors import DRIVER_ERRORS, database_errors
 from app.backends.postgres.failover import PrimaryWatch
+from app.backends.postgres.packing import Packer
 from app.backends.postgres.pool import Connection, PoolSettings, connect, open_pool, redact
 from app.backends.postgres.schema import migrate
 from app.backends.postgres.search import PostgresSearch
@@ -103,6 +104,7 @@ class PostgresCore:
         self._doorbell = Doorbell(self._replica, self._notify)
         self._watch = PrimaryWatch(url, self._settings, self._drop_connections)
         self._sweeper = Periodic("forklog-sweep", sweep_interval, self._sweep_once)
+        self._packer = Packer(self._connection)
         self._limits_of: LimitsOf = lambda tenant: NO_LIMITS
 
     @functools.cached_property  # one object for the life of the backend, looked at on every fork and delete
@@ -161,6 +163,7 @@ class PostgresCore:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
         self._sweeper.start()
+        self._packer.start()
         self._doorbell.start()
         self._watch.start()
         if self._listeners:
@@ -184,6 +187,7 @@ class PostgresCore:
         await self._feed.stop()
         await self._doorbell.stop()
         await self._sweeper.stop()
+        await self._packer.stop()
         pool, self._pool = self._pool, None
         if pool is not None:
             try:

@@ -27,10 +27,21 @@ from tests.support.postgres import PostgresCluster, PostgresError, fresh_databas
 __all__ = ["run"]
 
 SECTION = "PostgreSQL bytes at rest"
-SETTLE_SECONDS = 1.0
+SETTLE_SECONDS = 2.0
 _RELATIONS = (
     "SELECT coalesce(sum(pg_total_relation_size(oid)), 0) FROM pg_class WHERE relkind = 'r' AND relname LIKE 'forklog%'"
 )
+
+
+_EACH = (
+    "SELECT relname, pg_total_relation_size(oid) FROM pg_class WHERE relkind = 'r' AND relname LIKE 'forklog%' "
+    "ORDER BY 2 DESC LIMIT 6"
+)
+
+
+def _largest(url: str) -> str:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return ", ".join(f"{name[8:]} {human_bytes(size)}" for name, size in conn.execute(_EACH).fetchall())
 
 
 def _sizes(url: str) -> tuple[int, int]:
@@ -91,6 +102,7 @@ def measure(work: Path, url: str, *, per_event: bool, sessions: int, turns: int)
         writing = time.perf_counter() - started
         time.sleep(SETTLE_SECONDS)
         after = _sizes(url)
+        log(f"pg_bytes: the largest relations: {_largest(url)}")
         raw = events = 0
         for i in range(sessions):
             session_raw, session_events = _raw_bytes(server.port, f"bytes-{how}-{i}")
@@ -101,7 +113,7 @@ def measure(work: Path, url: str, *, per_event: bool, sessions: int, turns: int)
 
 def run(work: Path) -> list[Row]:
     sessions = env_int("BENCH_PG_BYTES_SESSIONS", 4)
-    turns = env_int("BENCH_PG_BYTES_TURNS", 20)
+    turns = env_int("BENCH_PG_BYTES_TURNS", 30)
     try:
         cluster = PostgresCluster()
         cluster.start()

@@ -176,8 +176,11 @@ class PostgresBackend(PostgresReads):
                     # The child reads its seed from the log that stores the seed's last event (and its parents):
                     # chains stay as short as the forks they are made of.
                     parent = chain.owner(count - 1)
+                packs = Packs()
                 if seed.then is not None:  # staged by the service on seed_tip: stored as they are
-                    state, rows, added = seed.then.state, Rows.of_staged(seed.then).params(), len(seed.then.lines)
+                    staged = Rows.of_staged(seed.then)
+                    packs = staged.take_batch_packs()
+                    state, rows, added = seed.then.state, staged.params(), len(seed.then.lines)
                 else:
                     state, rows, added = LogState(), empty, 0
                     if chain is not None:
@@ -211,7 +214,7 @@ class PostgresBackend(PostgresReads):
                     *rows,
                     known,
                     now,
-                    *Packs().params(),
+                    *packs.params(),
                 )
                 if made is None:
                     raise SessionAlreadyExists(key.id)
@@ -231,6 +234,8 @@ class PostgresBackend(PostgresReads):
             raise StaleHead(f'session "{key.id}": the tip the batch was staged on is no longer cached')
         count = staged.base_count + len(staged.events)
         changed_at = self._clock()
+        rows = Rows.of_staged(staged)
+        packs = rows.take_batch_packs()
         params: list[Any] = [
             key.tenant,
             key.id,
@@ -238,8 +243,9 @@ class PostgresBackend(PostgresReads):
             count,
             encode_state(staged.state),
             staged.base_count,
-            *Rows.of_staged(staged).params(),
+            *rows.params(),
             changed_at,
+            *packs.params(),
         ]
         statement = queries.APPEND
         if remember:
@@ -266,6 +272,7 @@ class PostgresBackend(PostgresReads):
             raise StaleHead(f'session "{key.id}" moved (or was replaced) since the batch was staged')
         self.observer.synced(events, committed)
         self._changed(key, row["change_seq"])
+        self._vacuum.dirty()  # the session row's old version (and its index entries) are dead tuples now
         if staged.checkpoints:  # a turn ended: its small rows are packed now, in the background
             self._packer.wake(cached.log)
         session = Session(key, cached.session.header, head_of(staged.state), changed_at)

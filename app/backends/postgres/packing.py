@@ -1,17 +1,16 @@
 """The packer: replaces the small rows of ended turns by packs (:mod:`~app.backends.postgres.packs`), just after the
 append of their ``turn/end`` commits, in the background.
 
-An append stays one statement (its small rows, as before); when its batch holds a ``turn/end``, the replica wakes
-its packer for that log, which in one transaction (under the log row's lock, which the sweep takes too) reads the
-log's small rows up to its last ``turn/end``, inserts their packs and deletes them. A read is one statement, so it
-sees the events either before or after that commit, the same lines either way. Small rows left by a replica that
-stopped before packing are packed with the log's next ``turn/end``; the logs an older forklog stored are in
-``forklog_pack_queue`` (schema 9), which every replica works through in the background, :data:`BATCH_EVENTS` events
-a transaction: an outage or a restart interrupts it between two batches, and it resumes from what is left.
+An append stays one statement (a small batch's small rows, as before); when its batch holds a ``turn/end``, the
+replica wakes its packer for that log, which in one transaction (under the log row's lock, which the sweep takes
+too) reads the log's small rows up to its last ``turn/end``, inserts their packs (a pack a turn, each run of
+consecutive small rows apart) and deletes them. A read is one statement, so it sees the events either before or
+after that commit, the same lines either way. Small rows left by a replica that stopped before packing are packed
+with the log's next ``turn/end``; the logs an older forklog stored are in ``forklog_pack_queue`` (schema 9), which
+every replica works through in the background, :data:`BATCH_EVENTS` events a transaction: an outage or a restart
+interrupts it between two batches, and it resumes from what is left.
 
-The deleted small rows leave dead tuples that only VACUUM makes reusable: the packer vacuums ``forklog_events`` soon
-after deleting rows (at most once every :data:`VACUUM_EVERY` seconds, and less often when a vacuum takes long), so
-the table holds about the open turns' rows, not every event ever appended.
+The deleted small rows leave dead tuples, which :mod:`~app.backends.postgres.vacuum` makes reusable soon after.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from app.backends.background import BackgroundLoop
 from app.backends.errors import Access, StorageUnavailable
@@ -34,8 +34,6 @@ logger = logging.getLogger("forklog.storage")
 BATCH_EVENTS = 20_000  # small rows packed per transaction
 QUEUE_LOGS = 20  # queued logs taken per round
 QUEUE_EVERY = 30.0  # seconds between two looks at the queue
-VACUUM_EVERY = 1.0  # seconds at least between two vacuums of the small rows
-VACUUM_SHARE = 0.05  # at most this share of the time spent vacuuming
 
 _LOCK_LOG = "SELECT id FROM forklog_logs WHERE id = $1 FOR UPDATE"
 _ENDED_ROWS = """
@@ -63,33 +61,37 @@ async def pack_log(conn: Connection, log: int, limit: int = BATCH_EVENTS) -> int
         rows = await conn.fetch(_ENDED_ROWS, log, limit)
         if not rows:
             return 0
-        first = rows[0]["seq"]
-        lines: list[bytes] = []
-        for row in rows:  # a contiguous run only (an older forklog's rows always are)
-            if row["seq"] != first + len(lines):
-                break
-            lines.append(row["line"].encode() + b"\n")
-        last = first + len(lines) - 1
-        turn_ends = [row["seq"] for row in await conn.fetch(_TURN_ENDS, log, first, last)]
-        packs = pack_runs(first, lines, turn_ends)
-        await conn.execute(_INSERT, log, *packs.params())
-        await conn.execute(_DELETE, log, first, last)
-        return len(lines)
+        packed = 0
+        for first, lines in _runs(rows):  # between runs: events an append stored as packs already
+            last = first + len(lines) - 1
+            turn_ends = [row["seq"] for row in await conn.fetch(_TURN_ENDS, log, first, last)]
+            await conn.execute(_INSERT, log, *pack_runs(first, lines, turn_ends).params())
+            await conn.execute(_DELETE, log, first, last)
+            packed += len(lines)
+        return packed
+
+
+def _runs(rows: list[Any]) -> list[tuple[int, list[bytes]]]:
+    """The rows (seq, line; in seq order) as runs of consecutive seqs: (first seq, lines with their newline)."""
+    runs: list[tuple[int, list[bytes]]] = []
+    for row in rows:
+        if not runs or row["seq"] != runs[-1][0] + len(runs[-1][1]):
+            runs.append((row["seq"], []))
+        runs[-1][1].append(row["line"].encode() + b"\n")
+    return runs
 
 
 class Packer(BackgroundLoop):
-    """Packs the logs it is woken for, and the queued ones; vacuums the small rows after."""
+    """Packs the logs it is woken for, and the queued ones; calls ``deleted`` after it deleted small rows."""
 
     task_name = "forklog-packer"
 
-    def __init__(self, connect: Connect, *, queue_every: float = QUEUE_EVERY) -> None:
+    def __init__(self, connect: Connect, deleted: Callable[[], None], *, queue_every: float = QUEUE_EVERY) -> None:
         self._connect = connect
+        self._deleted = deleted
         self._queue_every = queue_every
         self._pending: set[int] = set()
         self._wake = asyncio.Event()
-        self._deleted = 0
-        self._vacuumed_at = 0.0
-        self._vacuum_gap = VACUUM_EVERY
         self._task: asyncio.Task[None] | None = None
         self.idle = asyncio.Event()  # set while nothing is left to do (tests and benchmarks wait on it)
 
@@ -108,7 +110,6 @@ class Packer(BackgroundLoop):
                 while self._pending:
                     log = self._pending.pop()
                     await self._pack(log)
-                await self._vacuum()
             except asyncio.CancelledError:
                 raise
             except StorageUnavailable:
@@ -119,18 +120,18 @@ class Packer(BackgroundLoop):
                 logger.exception("packing the ended turns' rows failed; it is tried again later")
                 await asyncio.sleep(1.0)
                 continue
-            if not self._pending and not self._deleted:
+            if not self._pending:
                 self.idle.set()
             with contextlib.suppress(TimeoutError):
-                timeout = self._vacuum_gap if self._deleted else max(0.0, queue_at - time.monotonic())
-                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+                await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, queue_at - time.monotonic()))
             self._wake.clear()
 
     async def _pack(self, log: int) -> None:
         while True:
             async with self._connect(Access.CHANGE) as conn:
                 packed = await pack_log(conn, log)
-            self._deleted += packed
+            if packed:
+                self._deleted()
             if packed < BATCH_EVENTS:
                 return
 
@@ -145,15 +146,3 @@ class Packer(BackgroundLoop):
                 await self._pack(log)
                 async with self._connect(Access.CHANGE) as conn:
                     await conn.execute("DELETE FROM forklog_pack_queue WHERE log = $1", log)
-                await self._vacuum()
-
-    async def _vacuum(self) -> None:
-        if not self._deleted or time.monotonic() - self._vacuumed_at < self._vacuum_gap:
-            return
-        started = time.monotonic()
-        async with self._connect(Access.CHANGE) as conn:
-            # SKIP_LOCKED: another replica's vacuum of the same table is as good as this one.
-            await conn.execute("VACUUM (SKIP_LOCKED) forklog_events")
-        self._deleted = 0
-        self._vacuumed_at = time.monotonic()
-        self._vacuum_gap = max(VACUUM_EVERY, (self._vacuumed_at - started) / VACUUM_SHARE)

@@ -1,9 +1,10 @@
 """Packed rows: a run of a log's events as one row of ``forklog_packs``, its lines concatenated and compressed.
 
-A log's own events are stored in two ways (spec 16, bytes at rest): the events of ended turns as packs, at most
-:data:`MAX_EVENTS` events and :data:`MAX_BYTES` bytes of lines each, and the events after the log's last
-``turn/end`` (the open turn) as one small row each in ``forklog_events``, until the turn ends and the packer
-(:mod:`~app.backends.postgres.packing`) replaces them by packs. In a log, every pack comes before every small row.
+A log's own events are stored in two ways (spec 16, bytes at rest): as packs, at most :data:`MAX_EVENTS` events and
+:data:`MAX_BYTES` bytes of lines each, or one small row each in ``forklog_events``. An append of at least
+:data:`BATCH_EVENTS` events (or :data:`BATCH_BYTES` bytes) stores its events as packs at once; a smaller one as
+small rows, which the packer (:mod:`~app.backends.postgres.packing`) replaces by packs once their turn has ended. A
+seed stores its ended turns as packs.
 
 A pack's ``body`` is its lines, each ending in ``\\n``, exactly as they were appended (the exact bytes of spec 6);
 from :data:`COMPRESS_FROM` bytes on it is one Zstandard frame (level 3, with its content size) when that is smaller.
@@ -25,6 +26,8 @@ from typing import Any
 import zstandard
 
 __all__ = [
+    "BATCH_BYTES",
+    "BATCH_EVENTS",
     "COMPRESS_FROM",
     "MAX_BYTES",
     "MAX_EVENTS",
@@ -40,6 +43,8 @@ __all__ = [
 
 MAX_EVENTS = 1024
 MAX_BYTES = 1 << 20
+BATCH_EVENTS = 16
+BATCH_BYTES = 4096
 COMPRESS_FROM = 1024
 LEVEL = 3
 
@@ -47,14 +52,13 @@ _COMPRESSOR = zstandard.ZstdCompressor(level=LEVEL)
 _DECOMPRESSOR = zstandard.ZstdDecompressor()
 
 # The parts of a chain's pieces ($1 logs, $2 starts, $3 stops), in seq order: each pack that overlaps a piece, and
-# the piece's small rows as one part (seq, n, z, body: first seq, events, compressed, lines).
+# each of its small rows (seq, n, z, body: first seq, events, compressed, lines).
 _PARTS_OF_RANGE = """
     SELECT k.seq, k.count AS n, k.compressed AS z, k.body FROM forklog_packs k
     WHERE k.log = {log} AND k.seq > {lo} - {span} AND k.seq < {hi} AND k.seq + k.count > {lo}
     UNION ALL
-    SELECT min(e.seq), count(*)::int, false, convert_to(string_agg(e.line, E'\\n' ORDER BY e.seq) || E'\\n', 'UTF8')
+    SELECT e.seq, 1, false, convert_to(e.line || E'\\n', 'UTF8')
     FROM forklog_events e WHERE e.log = {log} AND e.seq >= {lo} AND e.seq < {hi}
-    HAVING count(*) > 0
 """
 
 

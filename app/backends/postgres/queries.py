@@ -104,12 +104,14 @@ INCARNATION_LOG = "SELECT id FROM forklog_logs WHERE tenant = $1 AND session_id 
 # The state's first column (the last event's time) is read off its text, never through jsonb: a title or a preview
 # may hold U+0000, which jsonb refuses. The state is written by orjson, so it starts "[<digits>," (or "[null,").
 # An append, one statement: the head moves only if it is where the batch was staged ($3 log, $6 count), and the rows
-# go in only if it moved; $15 is when it is acknowledged, by the server's clock (retention counts from it). (No
+# go in only if it moved ($7..$14 the small rows, surface rows and turn/ends, $16..$20 the packs of a large batch);
+# $15 is when it is acknowledged, by the server's clock (retention counts from it). (No
 # NOTIFY in it: notifications serialize commits, so they are sent after, in batches.)
 _APPEND_HEAD = """
 WITH head AS (
     UPDATE forklog_sessions SET count = $4, state = $5, change_seq = nextval('forklog_changes'),
-        bytes = bytes + (SELECT coalesce(sum(octet_length(u.line) + 1), 0) FROM unnest($8::text[]) AS u(line)),
+        bytes = bytes + (SELECT coalesce(sum(octet_length(u.line) + 1), 0) FROM unnest($8::text[]) AS u(line))
+            + (SELECT coalesce(sum(u.size), 0) FROM unnest($18::int[]) AS u(size)),
         updated_at = GREATEST(updated_at, (substring($5::text from '^[[]([0-9]+),'))::bigint), changed_at = $15
     WHERE tenant = $1 AND id = $2 AND log = $3 AND count = $6
     RETURNING log, change_seq
@@ -122,13 +124,16 @@ WITH head AS (
 ), turn_ends AS (
     INSERT INTO forklog_turn_ends (log, seq, time, checkpoint)
     SELECT head.log, u.seq, u.t, u.c FROM head, unnest($12::bigint[], $13::bigint[], $14::text[]) AS u(seq, t, c)
+), packs AS (
+    INSERT INTO forklog_packs (log, seq, count, size, compressed, body)
+    SELECT head.log, u.* FROM head, unnest($16::bigint[], $17::int[], $18::int[], $19::bool[], $20::bytea[]) AS u
 )"""
 _REMEMBERED_COLUMNS = (
     "tenant, key, fingerprint, status, location, body, created_at, session, instance, first_seq, end_seq"
 )
 _REMEMBERED_ARRAYS = (
-    "unnest($16::text[], $17::text[], $18::text[], $19::int[], $20::text[], $21::bytea[], $22::bigint[], "
-    "$23::text[], $24::text[], $25::bigint[], $26::bigint[])"
+    "unnest($21::text[], $22::text[], $23::text[], $24::int[], $25::text[], $26::bytea[], $27::bigint[], "
+    "$28::text[], $29::text[], $30::bigint[], $31::bigint[])"
 )
 APPEND = _APPEND_HEAD + "\nSELECT head.change_seq FROM head"
 APPEND_REMEMBERING = (

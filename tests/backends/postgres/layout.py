@@ -19,10 +19,11 @@ STORED_EVENTS = (
 
 async def stored_text(conn: asyncpg.Connection, log: int | None = None) -> bytes:
     """Every stored line of ``log`` (or of every log, by log then seq), each ending in a newline, as the tables
-    hold them: the packs' bodies decompressed, then the small rows."""
+    hold them: the packs' bodies decompressed, and the small rows (the only rows before the packs' schema)."""
     where = "" if log is None else f"WHERE log = {int(log)}"
     parts: list[tuple[int, int, bytes]] = []
-    for row in await conn.fetch(f"SELECT log, seq, compressed, body FROM forklog_packs {where}"):
+    packed = await conn.fetchval("SELECT to_regclass('forklog_packs') IS NOT NULL")
+    for row in await conn.fetch(f"SELECT log, seq, compressed, body FROM forklog_packs {where}") if packed else []:
         body = bytes(row["body"])
         parts.append((row["log"], row["seq"], zstandard.decompress(body) if row["compressed"] else body))
     for row in await conn.fetch(f"SELECT log, seq, line FROM forklog_events {where}"):

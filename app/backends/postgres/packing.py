@@ -93,11 +93,9 @@ class Packer(BackgroundLoop):
         self._pending: set[int] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.idle = asyncio.Event()  # set while nothing is left to do (tests and benchmarks wait on it)
 
     def wake(self, log: int) -> None:
         self._pending.add(log)
-        self.idle.clear()
         self._wake.set()
 
     async def _run(self) -> None:
@@ -120,8 +118,6 @@ class Packer(BackgroundLoop):
                 logger.exception("packing the ended turns' rows failed; it is tried again later")
                 await asyncio.sleep(1.0)
                 continue
-            if not self._pending:
-                self.idle.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, queue_at - time.monotonic()))
             self._wake.clear()

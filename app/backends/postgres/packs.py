@@ -19,6 +19,7 @@ range in order.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,8 +49,22 @@ BATCH_BYTES = 4096
 COMPRESS_FROM = 1024
 LEVEL = 3
 
-_COMPRESSOR = zstandard.ZstdCompressor(level=LEVEL)
-_DECOMPRESSOR = zstandard.ZstdDecompressor()
+# A zstandard (de)compressor may not be used by two threads at once; a seed's packs are made off the event loop.
+_CODECS = threading.local()
+
+
+def _compress(text: bytes) -> bytes:
+    compressor = getattr(_CODECS, "compressor", None)
+    if compressor is None:
+        compressor = _CODECS.compressor = zstandard.ZstdCompressor(level=LEVEL)
+    return bytes(compressor.compress(text))
+
+
+def _decompress(body: bytes) -> bytes:
+    decompressor = getattr(_CODECS, "decompressor", None)
+    if decompressor is None:
+        decompressor = _CODECS.decompressor = zstandard.ZstdDecompressor()
+    return bytes(decompressor.decompress(body))
 
 # The parts of a chain's pieces ($1 logs, $2 starts, $3 stops), in seq order: each pack that overlaps a piece, and
 # each of its small rows (seq, n, z, body: first seq, events, compressed, lines).
@@ -103,7 +118,7 @@ class Packs:
         text = b"".join(lines)
         body, squeezed = text, False
         if len(text) >= COMPRESS_FROM:
-            frame = _COMPRESSOR.compress(text)
+            frame = _compress(text)
             if len(frame) < len(text):
                 body, squeezed = frame, True
         self.seqs.append(seq)
@@ -143,7 +158,7 @@ def pack_runs(first: int, lines: Sequence[bytes], turn_ends: Iterable[int]) -> P
 
 def lines_of(z: bool, body: bytes) -> bytes:
     """A part's lines (decompressed)."""
-    return _DECOMPRESSOR.decompress(body) if z else body
+    return _decompress(body) if z else body
 
 
 def assemble(parts: Iterable[Any], start: int, stop: int) -> tuple[bytes, int]:

@@ -221,3 +221,21 @@ async def test_a_database_of_the_forklog_before_the_packs_is_served_as_it_is_the
         assert await served.history(key(session_id), None) == history
     await append_each(served, "s0", streamed_turn(6, 5)[-2:])
     assert (await served.read(key("s0"), 0, 10_000)).startswith(reads["s0"][0])
+
+
+async def test_the_space_of_packed_small_rows_is_vacuumed_soon_not_when_autovacuum_wakes(
+    forklog_db: str, opened: list[PostgresBackend], db: asyncpg.Connection
+) -> None:
+    await db.execute("ALTER TABLE forklog_events SET (autovacuum_enabled = false)")  # only forklog's own vacuum
+    backend = await open_on(forklog_db, opened)
+    await backend.create(key("s"), new_instance(), {}, SeedLog(seed_log([], now=NOW)))
+    await append_each(backend, "s", streamed_turn(1, 150))
+    await append_each(backend, "s", streamed_turn(2, 150)[:-1])
+    assert await db.fetchval("SELECT pg_relation_size('forklog_events')") > 0  # the open turn's rows
+    await append_each(backend, "s", streamed_turn(2, 150)[-1:])
+
+    async def given_back() -> bool:
+        # All packed and vacuumed: the empty table's pages are truncated away.
+        return await small_rows(db) == 0 and await db.fetchval("SELECT pg_relation_size('forklog_events')") == 0
+
+    await eventually(given_back)

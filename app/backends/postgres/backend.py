@@ -272,7 +272,6 @@ class PostgresBackend(PostgresReads):
             raise StaleHead(f'session "{key.id}" moved (or was replaced) since the batch was staged')
         self.observer.synced(events, committed)
         self._changed(key, row["change_seq"])
-        self._vacuum.dirty()  # the session row's old version (and its index entries) are dead tuples now
         if staged.checkpoints:  # a turn ended: its small rows are packed now, in the background
             self._packer.wake(cached.log)
         session = Session(key, cached.session.header, head_of(staged.state), changed_at)

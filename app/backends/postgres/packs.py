@@ -66,6 +66,7 @@ def _decompress(body: bytes) -> bytes:
         decompressor = _CODECS.decompressor = zstandard.ZstdDecompressor()
     return bytes(decompressor.decompress(body))
 
+
 # The parts of a chain's pieces ($1 logs, $2 starts, $3 stops), in seq order: each pack that overlaps a piece, and
 # each of its small rows (seq, n, z, body: first seq, events, compressed, lines).
 _PARTS_OF_RANGE = """

@@ -4,10 +4,12 @@ Three tables turn rows into dead tuples as they work: ``forklog_events`` (the pa
 ended turn), ``forklog_sessions`` (every append updates its session's row, and its indexes take a new entry each
 time) and ``forklog_search`` (each round of the index rewrites a session's words). PostgreSQL reuses their space only
 once VACUUM has run, and autovacuum wakes once a minute at best: under a stream of one-event appends, the tables
-would grow by every event's row and every update before it came. So each replica vacuums them itself when it has
-changed them, at most once every :data:`VACUUM_EVERY` seconds and at most :data:`VACUUM_SHARE` of the time (a vacuum
-of a large table spaces the next ones out); ``SKIP_LOCKED`` leaves a table another replica is vacuuming to it. A role
-that does not own the tables has them skipped with PostgreSQL's warning (autovacuum still runs).
+would grow by every event's row and every update before it came. So each replica vacuums the three after its
+packer deleted rows (once a turn ended: often enough for the session rows' churn too, and never in the middle of a
+stream of appends within a turn), at most once every :data:`VACUUM_EVERY` seconds and at most :data:`VACUUM_SHARE`
+of the time (a vacuum of a large table spaces the next ones out); ``SKIP_LOCKED`` leaves a table another replica is
+vacuuming to it. A role that does not own the tables has them skipped with PostgreSQL's warning (autovacuum still
+runs).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ Connect = Callable[[Access], contextlib.AbstractAsyncContextManager[Connection]]
 
 
 class Vacuum(BackgroundLoop):
-    """Vacuums the churning tables after :meth:`dirty` was called (by an append, the packer)."""
+    """Vacuums the churning tables after :meth:`dirty` was called (by the packer)."""
 
     task_name = "forklog-vacuum"
 

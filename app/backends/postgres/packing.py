@@ -106,8 +106,12 @@ class Packer(BackgroundLoop):
                     await self._queued()
                     queue_at = time.monotonic() + self._queue_every
                 while self._pending:
-                    log = self._pending.pop()
-                    await self._pack(log)
+                    log = self._pending.pop()  # a wake for it from now on is another round
+                    try:
+                        await self._pack(log)
+                    except BaseException:
+                        self._pending.add(log)  # an outage meanwhile leaves it for the next try
+                        raise
             except asyncio.CancelledError:
                 raise
             except StorageUnavailable:

@@ -29,6 +29,7 @@ from app.backends.errors import Access, ChangeRefused, StaleHead, StorageUnavail
 from app.backends.postgres import queries
 from app.backends.postgres.chains import Chain
 from app.backends.postgres.core import COMMIT_SPAN, during
+from app.backends.postgres.packs import Packs
 from app.backends.postgres.quotas import bytes_without_created_at, check_quota, seed_bytes
 from app.backends.postgres.reads import PostgresReads
 from app.backends.postgres.rows import Rows
@@ -105,7 +106,10 @@ class PostgresBackend(PostgresReads):
         remember: Remember | None,
     ) -> Session:
         rows = Rows.of_log(log)
-        copied = len(log) > COPY_EVENTS
+        # The seed's ended turns go in as packs (compressed off the event loop when they are many), its open turn
+        # as small rows.
+        packs = await asyncio.to_thread(rows.take_packs) if len(log) > COPY_EVENTS else rows.take_packs()
+        copied = len(rows.seqs) > COPY_EVENTS
         statement = queries.CREATE_SESSION if restored_at is None else queries.RESTORE_SESSION
         known = bytes_without_created_at(SessionHeader(id=key.id, created_at=0, instance=instance, **lineage))
         known += log.byte_size
@@ -140,6 +144,7 @@ class PostgresBackend(PostgresReads):
                     *rows.params(),
                     known,
                     now,
+                    *packs.params(),
                 )
                 if made is None:
                     raise SessionAlreadyExists(key.id)
@@ -171,8 +176,11 @@ class PostgresBackend(PostgresReads):
                     # The child reads its seed from the log that stores the seed's last event (and its parents):
                     # chains stay as short as the forks they are made of.
                     parent = chain.owner(count - 1)
+                packs = Packs()
                 if seed.then is not None:  # staged by the service on seed_tip: stored as they are
-                    state, rows, added = seed.then.state, Rows.of_staged(seed.then).params(), len(seed.then.lines)
+                    staged = Rows.of_staged(seed.then)
+                    packs = staged.take_batch_packs()
+                    state, rows, added = seed.then.state, staged.params(), len(seed.then.lines)
                 else:
                     state, rows, added = LogState(), empty, 0
                     if chain is not None:
@@ -206,6 +214,7 @@ class PostgresBackend(PostgresReads):
                     *rows,
                     known,
                     now,
+                    *packs.params(),
                 )
                 if made is None:
                     raise SessionAlreadyExists(key.id)
@@ -214,6 +223,8 @@ class PostgresBackend(PostgresReads):
                 if remember is not None:
                     await conn.execute(queries.INSERT_REMEMBERED, *_remembered_params(remember(session)))
         self._changed(key, made["change_seq"])
+        if seed.then is not None and seed.then.checkpoints:
+            self._packer.wake(log_id)
         return session
 
     async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[IdempotencyRecord] = ()) -> None:
@@ -223,6 +234,8 @@ class PostgresBackend(PostgresReads):
             raise StaleHead(f'session "{key.id}": the tip the batch was staged on is no longer cached')
         count = staged.base_count + len(staged.events)
         changed_at = self._clock()
+        rows = Rows.of_staged(staged)
+        packs = rows.take_batch_packs()
         params: list[Any] = [
             key.tenant,
             key.id,
@@ -230,8 +243,9 @@ class PostgresBackend(PostgresReads):
             count,
             encode_state(staged.state),
             staged.base_count,
-            *Rows.of_staged(staged).params(),
+            *rows.params(),
             changed_at,
+            *packs.params(),
         ]
         statement = queries.APPEND
         if remember:
@@ -258,6 +272,8 @@ class PostgresBackend(PostgresReads):
             raise StaleHead(f'session "{key.id}" moved (or was replaced) since the batch was staged')
         self.observer.synced(events, committed)
         self._changed(key, row["change_seq"])
+        if staged.checkpoints:  # a turn ended: its small rows are packed now, in the background
+            self._packer.wake(cached.log)
         session = Session(key, cached.session.header, head_of(staged.state), changed_at)
         self._tips.put(key, CachedTip(session, cached.log, staged.state))
 

@@ -32,12 +32,14 @@ from app.backends.postgres.chains import ChainCache
 from app.backends.postgres.changes import Doorbell, ReplicaChanges
 from app.backends.postgres.errors import DRIVER_ERRORS, database_errors, fails_for_good
 from app.backends.postgres.failover import PrimaryWatch
+from app.backends.postgres.packing import Packer
 from app.backends.postgres.pool import Connection, PoolSettings, connect, open_pool, redact
 from app.backends.postgres.schema import migrate
 from app.backends.postgres.search import PostgresSearch
 from app.backends.postgres.state_fill import fill_old_states
 from app.backends.postgres.sweep import sweep_once
 from app.backends.postgres.tips import TipCache
+from app.backends.postgres.vacuum import Vacuum
 from app.domain.ids import new_instance
 from app.domain.limits import NO_LIMITS
 from app.domain.session import SessionKey
@@ -103,6 +105,8 @@ class PostgresCore:
         self._doorbell = Doorbell(self._replica, self._notify)
         self._watch = PrimaryWatch(url, self._settings, self._drop_connections)
         self._sweeper = Periodic("forklog-sweep", sweep_interval, self._sweep_once)
+        self._vacuum = Vacuum(self._connection)
+        self._packer = Packer(self._connection, self._vacuum.dirty)
         self._limits_of: LimitsOf = lambda tenant: NO_LIMITS
 
     @functools.cached_property  # one object for the life of the backend, looked at on every fork and delete
@@ -167,6 +171,8 @@ class PostgresCore:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
         self._sweeper.start()
+        self._packer.start()
+        self._vacuum.start()
         self._doorbell.start()
         self._watch.start()
         if self._listeners:
@@ -190,6 +196,8 @@ class PostgresCore:
         await self._feed.stop()
         await self._doorbell.stop()
         await self._sweeper.stop()
+        await self._packer.stop()
+        await self._vacuum.stop()
         pool, self._pool = self._pool, None
         if pool is not None:
             try:

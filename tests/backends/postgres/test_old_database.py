@@ -25,6 +25,7 @@ from app.backends.postgres.schema import SCHEMA_VERSION
 from app.domain.clock import wall_clock_ms
 from app.domain.session import DEFAULT_TENANT, SessionKey
 from tests.api.helpers import append, assert_problem, create, fork, get_session, wait_ready
+from tests.backends.postgres.layout import PACKED_VERSION, unpack_everything
 from tests.events import question_and_answer
 from tests.support.postgres import PostgresCluster
 
@@ -70,7 +71,10 @@ async def as_version_left_it(url: str, version: int) -> None:
                     "UPDATE forklog_turn_ends SET checkpoint = $3 WHERE log = $1 AND seq = $2", log, seq, old
                 )
             for added in range(SCHEMA_VERSION, version, -1):
-                await conn.execute(ADDED_BY_VERSION[added])
+                if added == PACKED_VERSION:
+                    await unpack_everything(conn)  # every event back in a row of its own
+                else:
+                    await conn.execute(ADDED_BY_VERSION[added])
             await conn.execute("UPDATE forklog_schema SET version = $1", version)
     finally:
         await conn.close()

@@ -14,10 +14,9 @@ These are meant for a conftest (``tests/conftest.py``); ``tests/support/conftest
 from __future__ import annotations
 
 from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-
-from urllib.parse import urlsplit, urlunsplit
 
 from tests.support.pgbouncer import PgBouncer
 from tests.support.postgres import ENV_URL, PostgresCluster, PostgresServer, fresh_database_name, server_for_tests

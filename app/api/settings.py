@@ -38,6 +38,9 @@ class Settings(BaseSettings):
         description="when database_url names a connection pooler (PgBouncer): a postgresql:// URL of the same "
         "database without it, for what needs a session of its own (notifications)",
     )
+    database_pool_size: int = Field(
+        10, ge=1, le=10_000, description="connections this process keeps to the database at most (its pool's size)"
+    )
     data_dir: Path = Field(Path("./data"), description="where the session files live")
     host: str = Field("127.0.0.1", min_length=1, description="the address to listen on")
     port: int = Field(8000, ge=1, le=65535, description="the port to listen on")
@@ -92,7 +95,13 @@ class Settings(BaseSettings):
         """The store these settings name (:func:`~app.backends.open.open_store` opens it)."""
         place = self.data_dir if self.database_url is None else self.database_url.get_secret_value()
         direct = None if self.database_direct_url is None else self.database_direct_url.get_secret_value()
-        return StoreSettings(place, memory=self.backend == "memory", fsync=self.fsync, direct_url=direct)
+        return StoreSettings(
+            place,
+            memory=self.backend == "memory",
+            fsync=self.fsync,
+            direct_url=direct,
+            pool_size=self.database_pool_size,
+        )
 
     def tenant_limits(self) -> TenantLimits:
         """The tenant default's limits these settings give (spec 14)."""

@@ -38,12 +38,14 @@ class StoreSettings:
     """Which store: the data directory ``place`` names, or the PostgreSQL database its ``postgresql://`` URL names
     (a ``str``); with ``memory``, a service's memory instead (nothing kept). A data directory syncs each change to
     disk before it is answered, unless ``fsync`` is off. ``direct_url`` names the same database without the
-    connection pooler that ``place`` may name, for what needs a session of its own (spec 6)."""
+    connection pooler that ``place`` may name, for what needs a session of its own (spec 6); ``pool_size`` is how
+    many connections to the database a process keeps at most."""
 
     place: Path | str
     memory: bool = False
     fsync: bool = True
     direct_url: str | None = None
+    pool_size: int = 10
 
     @classmethod
     def at(cls, place: str) -> StoreSettings:

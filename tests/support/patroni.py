@@ -6,7 +6,8 @@
 multi-host URL forklog is given (``target_session_attrs=read-write``). ``kill_postmaster(node)`` is a crash of the
 server alone (Patroni restarts it in place and keeps the leader lock); ``kill_node(node)`` is a crash of the machine
 (its Patroni and its server killed together). ``promoted_at(node)`` reads the promotion's time from Patroni's REST
-API (``GET /history``). Patroni and PostgreSQL run as user ``postgres`` when the tests run as root.
+API (``GET /history``). Patroni and PostgreSQL run as user ``postgres`` when the tests run as root. The configuration is
+deploy/patroni/patroni.yml, the one the compose file's ``ha`` profile runs, with the test's addresses and paths.
 """
 
 from __future__ import annotations
@@ -28,15 +29,25 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
-from tests.support.postgres import SERVER_OS_USER, SUPERUSER, find_server_bindir, free_port
+from tests.support.postgres import SERVER_OS_USER, find_server_bindir, free_port
 
-SCOPE = "forklog-test"
-START_SECONDS = 90.0
-# Patroni's smallest leader-key lifetime (it refuses a ttl below 20 s): a leader's node that died is replaced after it.
-TTL = 20
-LOOP_WAIT = 1
-RETRY_TIMEOUT = 5
+REPO = Path(__file__).resolve().parents[2]
+# The compose file's `ha` profile runs this configuration; the tests run it with their own addresses and paths.
+DEPLOYED_CONFIG = REPO / "deploy" / "patroni" / "patroni.yml"
+POST_BOOTSTRAP = REPO / "deploy" / "patroni" / "post-bootstrap.sh"
+START_SECONDS = 120.0
+
+
+def etcd_command(program: str, *, name: str, data_dir: str, client: str, advertise: str, peer: str) -> list[str]:
+    """etcd's command line: one member listening for clients at ``client`` and peers at ``peer`` (also the compose
+    file's etcd command, which tests/e2e/test_packaging.py checks against this)."""
+    return [
+        program, "--name", name, "--data-dir", data_dir, "--listen-client-urls", client,
+        "--advertise-client-urls", advertise, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+        "--initial-cluster", f"{name}={peer}", "--initial-cluster-state", "new",
+    ]  # fmt: skip
 
 
 def programs() -> tuple[str, str]:
@@ -119,59 +130,43 @@ class PatroniCluster:
     # -- configuration ----------------------------------------------------------------------------------------------
 
     def config(self, node: Node) -> dict[str, Any]:
-        """The node's Patroni configuration: the example of docs/operations/failover.md, with the test's ports and
-        paths (and fsync off: a throwaway cluster)."""
-        return {
-            "scope": SCOPE,
-            "name": node.name,
-            "restapi": {"listen": f"127.0.0.1:{node.api_port}", "connect_address": f"127.0.0.1:{node.api_port}"},
-            "etcd3": {"hosts": [f"127.0.0.1:{self.etcd_port}"]},
-            "bootstrap": {
-                "dcs": {
-                    "ttl": TTL,
-                    "loop_wait": LOOP_WAIT,
-                    "retry_timeout": RETRY_TIMEOUT,
-                    "maximum_lag_on_failover": 1048576,
-                    "synchronous_mode": True,
-                    "postgresql": {
-                        "use_pg_rewind": False,
-                        "parameters": {
-                            "synchronous_commit": "on",
-                            "max_connections": 200,
-                            "max_wal_senders": 10,
-                            "max_replication_slots": 10,
-                            "wal_keep_size": "128MB",
-                            "hot_standby": "on",
-                        },
-                    },
-                },
-                "initdb": [{"encoding": "UTF8"}, {"locale": "C"}],
-                "pg_hba": [
-                    "local all all trust",
-                    "host all all 127.0.0.1/32 trust",
-                    "host replication all 127.0.0.1/32 trust",
-                ],
+        """The node's Patroni configuration: deploy/patroni/patroni.yml (what the compose file's ``ha`` profile runs)
+        with the test's addresses, paths and pg_hba (trust on loopback), and fsync off (a throwaway cluster)."""
+        config: dict[str, Any] = yaml.safe_load(DEPLOYED_CONFIG.read_text())
+        config["name"] = node.name
+        config["restapi"] = {"listen": f"127.0.0.1:{node.api_port}", "connect_address": f"127.0.0.1:{node.api_port}"}
+        config["etcd3"] = {"hosts": [f"127.0.0.1:{self.etcd_port}"]}
+        bootstrap = config["bootstrap"]
+        bootstrap["initdb"] = [*bootstrap["initdb"], "no-sync"]  # a throwaway cluster need not reach the disk
+        bootstrap["pg_hba"] = [
+            "local all all trust",
+            "host all all 127.0.0.1/32 trust",
+            "host replication all 127.0.0.1/32 trust",
+        ]
+        script = node.root / "post-bootstrap.sh"
+        shutil.copy(POST_BOOTSTRAP, script)
+        self._own(script)
+        bootstrap["post_bootstrap"] = str(script)
+        postgresql = config["postgresql"]
+        postgresql.update(
+            listen=f"127.0.0.1:{node.pg_port}",
+            connect_address=f"127.0.0.1:{node.pg_port}",
+            data_dir=str(node.data_dir),
+            bin_dir=str(self.bindir),
+            pgpass=str(node.root / "pgpass"),
+            parameters={
+                "unix_socket_directories": str(node.root),
+                "fsync": "off",
+                "full_page_writes": "off",
+                "shared_buffers": "32MB",
             },
-            "postgresql": {
-                "listen": f"127.0.0.1:{node.pg_port}",
-                "connect_address": f"127.0.0.1:{node.pg_port}",
-                "data_dir": str(node.data_dir),
-                "bin_dir": str(self.bindir),
-                "pgpass": str(node.root / "pgpass"),
-                "authentication": {"superuser": {"username": SUPERUSER}, "replication": {"username": SUPERUSER}},
-                "parameters": {
-                    "unix_socket_directories": str(node.root),
-                    "fsync": "off",
-                    "full_page_writes": "off",
-                    "shared_buffers": "32MB",
-                },
-            },
-            "tags": {"nofailover": False, "noloadbalance": False, "clonefrom": False, "nosync": False},
-        }
+        )
+        return config
 
-    def url(self, dbname: str = "postgres") -> str:
+    def url(self, dbname: str = "forklog", user: str = "forklog") -> str:
+        """The multi-host URL forklog is given (the database and role that post-bootstrap.sh made)."""
         hosts = ",".join(f"127.0.0.1:{node.pg_port}" for node in self.nodes)
-        return f"postgresql://{SUPERUSER}@{hosts}/{dbname}?target_session_attrs=read-write"
+        return f"postgresql://{user}@{hosts}/{dbname}?target_session_attrs=read-write"
 
     # -- lifecycle --------------------------------------------------------------------------------------------------
 
@@ -188,12 +183,12 @@ class PatroniCluster:
         client = f"http://127.0.0.1:{self.etcd_port}"
         peer = f"http://127.0.0.1:{self.etcd_peer_port}"
         with (self.root / "etcd.log").open("ab") as log:
+            command = etcd_command(
+                self.etcd, name="etcd1", data_dir=str(data), client=client, advertise=client, peer=peer
+            )
             self.etcd_process = subprocess.Popen(
-                [self.etcd, "--name", "etcd1", "--data-dir", str(data), "--listen-client-urls", client,
-                 "--advertise-client-urls", client, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                 "--initial-cluster", f"etcd1={peer}", "--initial-cluster-state", "new"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.root,
-            )  # fmt: skip
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.root
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             with contextlib.suppress(httpx.TransportError):

@@ -40,13 +40,16 @@ POST_BOOTSTRAP = REPO / "deploy" / "patroni" / "post-bootstrap.sh"
 START_SECONDS = 120.0
 
 
-def etcd_command(program: str, *, name: str, data_dir: str, client: str, advertise: str, peer: str) -> list[str]:
-    """etcd's command line: one member listening for clients at ``client`` and peers at ``peer`` (also the compose
-    file's etcd command, which tests/e2e/test_packaging.py checks against this)."""
+def etcd_command(
+    program: str, *, name: str, data_dir: str, client: str, advertise: str, peer: str, advertise_peer: str
+) -> list[str]:
+    """etcd's command line: one member listening for clients at ``client`` and for peers at ``peer``, known to them
+    as ``advertise`` and ``advertise_peer`` (the compose file's etcd command too: tests/e2e/test_compose_ha.py
+    checks it against this)."""
     return [
         program, "--name", name, "--data-dir", data_dir, "--listen-client-urls", client,
-        "--advertise-client-urls", advertise, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-        "--initial-cluster", f"{name}={peer}", "--initial-cluster-state", "new",
+        "--advertise-client-urls", advertise, "--listen-peer-urls", peer, "--initial-advertise-peer-urls",
+        advertise_peer, "--initial-cluster", f"{name}={advertise_peer}", "--initial-cluster-state", "new",
     ]  # fmt: skip
 
 
@@ -184,7 +187,13 @@ class PatroniCluster:
         peer = f"http://127.0.0.1:{self.etcd_peer_port}"
         with (self.root / "etcd.log").open("ab") as log:
             command = etcd_command(
-                self.etcd, name="etcd1", data_dir=str(data), client=client, advertise=client, peer=peer
+                self.etcd,
+                name="etcd1",
+                data_dir=str(data),
+                client=client,
+                advertise=client,
+                peer=peer,
+                advertise_peer=peer,
             )
             self.etcd_process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.root

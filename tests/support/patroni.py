@@ -29,7 +29,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from tests.support.postgres import SERVER_OS_USER, find_server_bindir, free_port
 
@@ -135,6 +134,7 @@ class PatroniCluster:
     def config(self, node: Node) -> dict[str, Any]:
         """The node's Patroni configuration: deploy/patroni/patroni.yml (what the compose file's ``ha`` profile runs)
         with the test's addresses, paths and pg_hba (trust on loopback), and fsync off (a throwaway cluster)."""
+        yaml = pytest.importorskip("yaml", reason="PyYAML reads deploy/patroni/patroni.yml")
         config: dict[str, Any] = yaml.safe_load(DEPLOYED_CONFIG.read_text())
         config["name"] = node.name
         config["restapi"] = {"listen": f"127.0.0.1:{node.api_port}", "connect_address": f"127.0.0.1:{node.api_port}"}

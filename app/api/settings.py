@@ -33,6 +33,14 @@ class Settings(BaseSettings):
     database_url: SecretStr | None = Field(
         None, description="a postgresql:// URL: serve from that PostgreSQL database instead of data_dir"
     )
+    database_direct_url: SecretStr | None = Field(
+        None,
+        description="when database_url names a connection pooler (PgBouncer): a postgresql:// URL of the same "
+        "database without it, for what needs a session of its own (notifications)",
+    )
+    database_pool_size: int = Field(
+        10, ge=1, le=10_000, description="connections this process keeps to the database at most (its pool's size)"
+    )
     data_dir: Path = Field(Path("./data"), description="where the session files live")
     host: str = Field("127.0.0.1", min_length=1, description="the address to listen on")
     port: int = Field(8000, ge=1, le=65535, description="the port to listen on")
@@ -92,14 +100,22 @@ class Settings(BaseSettings):
     def store(self) -> StoreSettings:
         """The store these settings name (:func:`~app.backends.open.open_store` opens it)."""
         place = self.data_dir if self.database_url is None else self.database_url.get_secret_value()
-        return StoreSettings(place, memory=self.backend == "memory", fsync=self.fsync, compression=self.compression)
+        direct = None if self.database_direct_url is None else self.database_direct_url.get_secret_value()
+        return StoreSettings(
+            place,
+            memory=self.backend == "memory",
+            fsync=self.fsync,
+            direct_url=direct,
+            pool_size=self.database_pool_size,
+            compression=self.compression,
+        )
 
     def tenant_limits(self) -> TenantLimits:
         """The tenant default's limits these settings give (spec 14)."""
         retention = parse_duration_ms(self.retention) if self.retention is not None else None
         return TenantLimits(self.max_sessions, self.max_bytes, retention)
 
-    @field_validator("database_url")
+    @field_validator("database_url", "database_direct_url")
     @classmethod
     def _check_database_url(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:
@@ -121,6 +137,8 @@ class Settings(BaseSettings):
             raise ValueError(f"backend {self.backend!r} does not use database_url; leave one of them out")
         elif self.database_url is None and self.backend == "postgres":
             raise ValueError("backend 'postgres' needs database_url (FORKLOG_DATABASE_URL)")
+        if self.database_direct_url is not None and self.database_url is None:
+            raise ValueError("database_direct_url is used only with database_url (FORKLOG_DATABASE_URL)")
         return self
 
     @field_validator("allowed_hosts", "cors_origins", mode="before")

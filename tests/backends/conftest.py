@@ -19,7 +19,9 @@ from app.backends.memory import MemoryBackend
 from app.backends.postgres import PostgresBackend
 from app.domain.clock import wall_clock_ms
 
-BACKENDS = ["file-zstd", "file-none", "memory", "postgres"]
+# "pgbouncer": the PostgreSQL backend through PgBouncer in transaction pooling mode (spec 6, A connection pooler).
+BACKENDS = ["file-zstd", "file-none", "memory", "postgres", "pgbouncer"]
+DATABASES = {"postgres": "forklog_db", "pgbouncer": "forklog_db_pooled"}
 
 
 @pytest.fixture
@@ -55,7 +57,7 @@ class BackendFactory:
         backend: Backend
         if self.files:
             backend = FileBackend(self.place, clock=self.clock, sync=False, compression=self.compression)
-        elif self.kind == "postgres":
+        elif self.kind in DATABASES:
             assert self.database_url is not None
             backend = PostgresBackend(self.database_url, clock=self.clock)
         else:
@@ -77,7 +79,7 @@ class BackendFactory:
 
 @pytest.fixture(params=BACKENDS)
 async def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BackendFactory]:
-    url = request.getfixturevalue("forklog_db") if request.param == "postgres" else None
+    url = request.getfixturevalue(DATABASES[request.param]) if request.param in DATABASES else None
     factory = BackendFactory(request.param, tmp_path / "store", url)
     try:
         yield factory

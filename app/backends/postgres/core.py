@@ -34,6 +34,7 @@ from app.backends.postgres.errors import DRIVER_ERRORS, database_errors, fails_f
 from app.backends.postgres.failover import PrimaryWatch
 from app.backends.postgres.packing import Packer
 from app.backends.postgres.pool import Connection, PoolSettings, connect, open_pool, redact
+from app.backends.postgres.pooler import DIRECT, Pooling, behind_pooler, pooled_direct_url, pooling_of
 from app.backends.postgres.schema import migrate
 from app.backends.postgres.search import PostgresSearch
 from app.backends.postgres.state_fill import fill_old_states
@@ -69,7 +70,9 @@ RETENTION_LOCK = 0x666F726B6C6F6772  # "forklogr"
 
 class PostgresCore:
     """A connection to the database at ``url``; ``open`` waits for it (retrying, unless ``wait`` is off: then it
-    raises StorageUnavailable) and brings its schema up to date."""
+    raises StorageUnavailable) and brings its schema up to date. ``direct_url``, a URL of the same database that no
+    pooler stands in front of, carries what needs a session of its own when ``url`` names a pooler (the change
+    feed's LISTEN; :mod:`~app.backends.postgres.pooler`)."""
 
     name = "postgres"
 
@@ -84,8 +87,11 @@ class PostgresCore:
         orphan_grace_ms: int = ORPHAN_GRACE_MS,
         tip_cache_size: int = 1024,
         wait: bool = True,
+        direct_url: str | None = None,
     ) -> None:
         self._url = url
+        self._direct_url = direct_url
+        self._pooling: Pooling = DIRECT  # until the start has looked (every connection outside the pool caches none)
         self._wait = wait
         self.observer: StorageObserver = NO_STORAGE_OBSERVER  # told of each append's commit
         self._clock = clock
@@ -184,12 +190,38 @@ class PostgresCore:
         migrations and each batch of the fill commit with what they did, and are found done the next time)."""
         conn = await connect(self._url, self._settings)
         try:
+            self._pooling = await pooling_of(conn, self.where)
             found = await migrate(conn)
             await fill_old_states(conn, self._chains)
         finally:
             await conn.close(timeout=self._settings.connect_timeout)
-        self._pool = await open_pool(self._url, self._settings)
-        logger.info("serving from the database %s (schema found at version %d)", self.where, found)
+        await self._route_feed()
+        self._pool = await open_pool(self._url, self._settings, self._pooling)
+        logger.info(
+            "serving from the database %s (schema found at version %d%s)",
+            self.where,
+            found,
+            ", through a connection pooler" if self._pooling.pooled else "",
+        )
+
+    async def _route_feed(self) -> None:
+        """Where the change feed listens: the direct URL when one is set (StartRefused if a pooler stands in front of
+        it too), else the URL itself, where it only polls if that is a pooler's."""
+        if self._direct_url is None:
+            self._feed.route([(self._url, not self._pooling.pooled)])
+            return
+        try:
+            conn = await connect(self._direct_url, self._settings)
+        except DRIVER_ERRORS as exc:
+            # Not reachable now: the feed tries it again, and polls through the URL meanwhile.
+            logger.warning("FORKLOG_DATABASE_DIRECT_URL %s is not reachable (%s)", redact(self._direct_url), exc)
+        else:
+            try:
+                if await behind_pooler(conn):
+                    raise pooled_direct_url(redact(self._direct_url))
+            finally:
+                await conn.close(timeout=self._settings.connect_timeout)
+        self._feed.route([(self._direct_url, True), (self._url, not self._pooling.pooled)])
 
     async def close(self) -> None:
         await self._watch.stop()
@@ -232,7 +264,8 @@ class PostgresCore:
         """The primary was lost: every connection to it is dropped now, those in use included (their requests
         answer 503), and the next ones are taken from whichever host is the primary by then (spec 6, Failover)."""
         old = self._pool
-        self._pool = await open_pool(self._url, self._settings, warm=False)  # connects on demand: never fails here
+        # Connects on demand: never fails here.
+        self._pool = await open_pool(self._url, self._settings, self._pooling, warm=False)
         if old is not None:
             old.terminate()
 

@@ -142,3 +142,34 @@ async def test_a_server_whose_commits_are_not_durable_refuses_a_start_through_th
     assert await asyncio.to_thread(refusal_of, forklog_db) is None
     async with direct._connection(Access.READ) as own:
         assert await own.fetchval("SHOW synchronous_commit") == "on"
+
+
+async def test_the_pool_size_setting_bounds_the_connections_a_busy_process_holds(forklog_db: str) -> None:
+    from app.api.settings import Settings
+    from app.backends.open import OpenFor, open_store
+
+    store = Settings(database_url=forklog_db, database_pool_size=2).store
+    backend = open_store(store, OpenFor.SERVE)
+    await backend.open()
+    try:
+        before = await _connections(forklog_db)
+
+        async def busy() -> None:
+            async with backend._connection(Access.READ) as conn:  # type: ignore[attr-defined]
+                await conn.execute("SELECT pg_sleep(0.2)")
+
+        reading = asyncio.gather(*(busy() for _ in range(8)))
+        await asyncio.sleep(0.1)
+        during = await _connections(forklog_db)
+        await reading
+        assert during - before <= 2
+    finally:
+        await backend.close()
+
+
+async def _connections(url: str) -> int:
+    conn = await asyncpg.connect(url)
+    try:
+        return int(await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")) - 1
+    finally:
+        await conn.close()

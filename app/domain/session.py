@@ -139,6 +139,9 @@ class SessionHeader:
     origin: str | None = None
     delegation_depth: int = 0
     agent_preset: str | None = None
+    # Hidden from lists unless asked for (spec 17). Not a field of the stored header line: archiving changes no
+    # byte of the log; each backend keeps it beside the log, and export writes it into the header it writes.
+    archived: bool = False
 
     def lineage(self) -> dict[str, Any]:
         """The optional fields by their JSON names (``delegationDepth`` always, the others when set)."""

@@ -26,7 +26,7 @@ from app.domain.errors import SessionAlreadyExists
 from app.domain.ids import check_id, new_instance, new_session_id
 from app.domain.limits import NO_LIMITS, TenantLimits
 from app.domain.log import seed_log
-from app.domain.session import Session, SessionHeader, SessionKey, check_meta
+from app.domain.session import Session, SessionHeader, SessionKey, check_live, check_meta
 from app.service.appends import Appended, AppendQueue, BatchWriter
 from app.service.changes import ChangeFeed
 from app.service.errors import NotReady
@@ -271,6 +271,26 @@ class SessionService:
             record=change.appended if change is not None else None,
             claimed=change.slot if change is not None else None,
         )
+
+    # -- archive ---------------------------------------------------------------------------------------------------
+
+    async def set_archived(
+        self, key: SessionKey, archived: bool, *, expected_seq: int | None = None, instance: str | None = None
+    ) -> Session:
+        """Archive (or unarchive) the session (spec 17): no event is written, and its ``instance`` and
+        ``expectedSeq`` are checked as an append's are. Serialized with the session's appends in this process; a
+        change another process made meanwhile is found on the next look and checked again."""
+        self._require_ready()
+
+        async def work() -> Session:
+            while True:
+                session = await find_live(self.backend, key)
+                check_live(session, instance, expected_seq)
+                changed = await self.backend.set_archived(key, session.header.instance, archived, expected_seq)
+                if changed is not None:
+                    return changed
+
+        return await self._locks.run(key, work)
 
     # -- delete ----------------------------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ SESSION_FIELDS = {
     "origin",
     "delegationDepth",
     "agentPreset",
+    "archived",
     "eventCount",
     "lastEventType",
     "openTurn",

@@ -24,6 +24,7 @@ OPERATIONS = {
     "create_session": ("post", "/sessions", "201"),
     "list_sessions": ("get", "/sessions", "200"),
     "get_session": ("get", "/sessions/{id}", "200"),
+    "update_session": ("patch", "/sessions/{id}", "200"),
     "delete_session": ("delete", "/sessions/{id}", "204"),
     "append_events": ("post", "/sessions/{id}/events", "201"),
     "read_events": ("get", "/sessions/{id}/events", "200"),

@@ -45,6 +45,7 @@ def test_create_without_a_body_makes_an_empty_session_with_a_generated_id(client
         "origin": None,
         "delegationDepth": 0,
         "agentPreset": None,
+        "archived": False,
         "eventCount": 0,
         "lastEventType": None,
         "openTurn": None,

@@ -35,6 +35,7 @@ SESSION_MEMBERS: tuple[str, ...] = (
     "instance",
     "createdAt",
     *(field.key for field in HEADER_FIELDS),
+    "archived",
     "eventCount",
     "lastEventType",
     "openTurn",
@@ -53,6 +54,7 @@ def session_json(session: Session) -> dict[str, Any]:
     resource: dict[str, Any] = {"id": header.id, "instance": header.instance, "createdAt": header.created_at}
     for field in HEADER_FIELDS:
         resource[field.key] = getattr(header, field.attr)
+    resource["archived"] = header.archived
     resource["eventCount"] = head.count
     resource["lastEventType"] = head.last_type
     resource["openTurn"] = head.open_turn
@@ -108,6 +110,7 @@ def _header_part(header: SessionHeader) -> tuple[bytes, int]:
     members: dict[str, Any] = {"id": header.id, "instance": header.instance, "createdAt": header.created_at}
     for field in HEADER_FIELDS:
         members[field.key] = getattr(header, field.attr)
+    members["archived"] = header.archived
     prefix = orjson.dumps(members)[:-1] + b","
     if len(_HEADER_PARTS) >= _HEADER_PARTS_KEPT:
         _HEADER_PARTS.clear()

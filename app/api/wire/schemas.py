@@ -249,6 +249,10 @@ _SESSION_FIELDS: dict[str, Any] = {"id": (str, ...), "instance": (str, ...), "cr
 for _field in HEADER_FIELDS:
     _type = Count if _field.key == "delegationDepth" else _JSON_TYPES[_field.json_type] | None
     _SESSION_FIELDS[_field.key] = (_type, Field(..., description=_field.description))
+_SESSION_FIELDS["archived"] = (
+    bool,
+    Field(..., description="whether the session is archived: hidden from lists and searches unless asked for"),
+)
 _SESSION_FIELDS.update(
     eventCount=(Count, Field(..., description="the log's length: the seq of the next event")),
     lastEventType=(str | None, ...),

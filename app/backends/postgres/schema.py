@@ -33,6 +33,9 @@ Tables (every name starts with ``forklog_``):
 - ``state_fill``: the logs whose rows an older forklog wrote without the sidebar's members (version 6), emptied by
   the next start (:mod:`app.backends.postgres.state_fill`).
 
+``sessions.archived`` says whether the session is archived (spec 17): never cached by a replica but in the tip an
+append checks, which the append's own statement confirms (a moved flag is a stale tip, read again).
+
 ``sessions.bytes`` (version 3) is the session's log as ``export`` writes it, header line included, or NULL where it
 is not known yet (see :mod:`app.backends.postgres.quotas`).
 """
@@ -197,6 +200,11 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE forklog_sessions ALTER COLUMN changed_at SET NOT NULL;
     ALTER TABLE forklog_sessions
         ALTER COLUMN changed_at SET DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    """,
+    # archived (spec 17): hidden from lists and searches unless asked for; kept in the row, beside the log, so that
+    # every replica reads it from the database (the default serves the creates of an older replica meanwhile).
+    """
+    ALTER TABLE forklog_sessions ADD COLUMN archived boolean NOT NULL DEFAULT false;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -13,7 +13,7 @@ from typing import BinaryIO
 from app.backends.base import DataDirChecks
 from app.backends.errors import SessionCorrupt
 from app.backends.open import OpenFor, StoreSettings, open_store
-from app.domain.dsh_records import encode_header
+from app.domain.dsh_records import encode_header, export_header
 from app.domain.session import SessionKey
 from app.service.errors import TransferFailed
 from app.service.transfer.opened import opened
@@ -46,7 +46,7 @@ async def export_session(store: StoreSettings, key: SessionKey, out: BinaryIO, *
             ) from None
         if session is None:
             raise TransferFailed(f"there is no session {key.id!r} (tenant {key.tenant!r})")
-        out.write(encode_header(session.header))
+        out.write(export_header(session.header))
         # Every event, the last one whatever it is (not a snapshot's seed, which must end at a turn/end).
         async for piece in reader.chunks(key, session.header.instance, session.head.count):
             out.write(piece)

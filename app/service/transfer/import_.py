@@ -54,7 +54,11 @@ def read_log(data: bytes, session_id: str | None) -> tuple[SessionHeader, Sessio
         log = seed_log(events, now=wall_clock_ms())
     except SessionError as exc:
         raise TransferFailed(exc.detail) from None
-    header = dataclasses.replace(header_from_record(record, target), id=target, instance=new_instance())
+    # ``archived`` as export writes it (only ``true`` counts: DSH ignores the member, whatever it holds).
+    archived = record.get("archived") is True
+    header = dataclasses.replace(
+        header_from_record(record, target), id=target, instance=new_instance(), archived=archived
+    )
     return header, log
 
 

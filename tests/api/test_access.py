@@ -89,6 +89,7 @@ CALLS = {
     "create_session": Call("POST", "/sessions", Scope.WRITE, 201, {"id": "fresh"}),
     "list_sessions": Call("GET", "/sessions", Scope.READ, 200),
     "get_session": Call("GET", "/sessions/demo", Scope.READ, 200),
+    "update_session": Call("PATCH", "/sessions/demo", Scope.WRITE, 200, {"archived": True}),
     "delete_session": Call("DELETE", "/sessions/demo", Scope.WRITE, 204),
     "append_events": Call("POST", "/sessions/demo/events", Scope.WRITE, 201, {"events": close_turn(2)}),
     "read_events": Call("GET", "/sessions/demo/events", Scope.READ, 200),

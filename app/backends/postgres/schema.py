@@ -204,7 +204,7 @@ MIGRATIONS: tuple[str, ...] = (
     # archived (spec 17): hidden from lists and searches unless asked for; kept in the row, beside the log, so that
     # every replica reads it from the database (the default serves the creates of an older replica meanwhile).
     """
-    ALTER TABLE forklog_sessions ADD COLUMN archived boolean NOT NULL DEFAULT false;
+    ALTER TABLE forklog_sessions ADD COLUMN IF NOT EXISTS archived boolean NOT NULL DEFAULT false;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

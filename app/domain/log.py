@@ -398,6 +398,7 @@ class SessionLog:
             title_seq=title_seq,
             preview=preview,
             preview_seq=preview_seq,
+            stats=point.stats.owned_from(count),
         )
 
     def tip_at(self, count: int) -> LogTip:

@@ -24,6 +24,7 @@ from app.domain.clock import wall_clock_ms
 from app.domain.dsh_records import header_bytes
 from app.domain.errors import SessionAlreadyExists
 from app.domain.ids import check_id, new_instance, new_session_id
+from app.domain.interrupt import closers_for
 from app.domain.limits import NO_LIMITS, TenantLimits
 from app.domain.log import seed_log
 from app.domain.session import Session, SessionHeader, SessionKey, check_meta
@@ -270,6 +271,28 @@ class SessionService:
             breaks=breaks,
             record=change.appended if change is not None else None,
             claimed=change.slot if change is not None else None,
+        )
+
+    def interrupt(
+        self,
+        key: SessionKey,
+        *,
+        expected_seq: int | None = None,
+        instance: str | None = None,
+        change: IdempotentChange | None = None,
+    ) -> Coroutine[Any, Any, Appended]:
+        """Close the session's open turn as DSH closes an abandoned one (spec 17): its closers appended as one batch,
+        made from the log they follow when the batch is checked; NOT_IN_TURN when no turn is open."""
+        self._require_ready()
+        return self._appends.submit(
+            key,
+            (),
+            expected_seq=expected_seq,
+            instance=instance,
+            breaks=None,
+            record=change.appended if change is not None else None,
+            claimed=change.slot if change is not None else None,
+            compose=closers_for,
         )
 
     # -- delete ----------------------------------------------------------------------------------------------------

@@ -231,9 +231,11 @@ class SessionService:
         lineage = check_meta(meta, len(seed) if seed is not None else 0)
         if seed is not None and len(seed) > SEED_EVENTS_CHECKED_INLINE:
             # A large seed is checked in a worker thread so that the event loop keeps serving meanwhile.
-            log = await asyncio.to_thread(seed_log, seed, now=self._clock(), breaks=breaks)
+            log = await asyncio.to_thread(
+                seed_log, seed, now=self._clock(), breaks=breaks, seed_length=lineage.get("seed_length")
+            )
         else:
-            log = seed_log(seed, now=self._clock(), breaks=breaks)
+            log = seed_log(seed, now=self._clock(), breaks=breaks, seed_length=lineage.get("seed_length"))
         instance = self._new_instance()
         remember = change.created if change is not None else None
 

@@ -32,6 +32,8 @@ Tables (every name starts with ``forklog_``):
 
 - ``state_fill``: the logs whose rows an older forklog wrote without the sidebar's members (version 6), emptied by
   the next start (:mod:`app.backends.postgres.state_fill`).
+- ``stats_fill``: the logs whose rows an older forklog wrote without the session's figures of spec 17 (the stats
+  migration), emptied by the next start (:mod:`app.backends.postgres.stats_fill`).
 
 ``sessions.bytes`` (version 3) is the session's log as ``export`` writes it, header line included, or NULL where it
 is not known yet (see :mod:`app.backends.postgres.quotas`).
@@ -197,6 +199,16 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE forklog_sessions ALTER COLUMN changed_at SET NOT NULL;
     ALTER TABLE forklog_sessions
         ALTER COLUMN changed_at SET DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    """,
+    # stats: the logs whose rows an older forklog wrote without the session's figures (spec 17: a state of fewer than
+    # 15 columns, a checkpoint of fewer than 5), filled from their events by the next start
+    # (app.backends.postgres.stats_fill).
+    """
+    CREATE TABLE forklog_stats_fill (log bigint PRIMARY KEY);
+    INSERT INTO forklog_stats_fill (log)
+        SELECT log FROM forklog_sessions WHERE jsonb_array_length(state::jsonb) < 15
+        UNION
+        SELECT DISTINCT log FROM forklog_turn_ends WHERE jsonb_array_length(checkpoint::jsonb) < 5;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -41,6 +41,7 @@ from app.service.idempotency import (
     IdempotentRequest,
     Operation,
 )
+from app.service.idle_turns import IdleTurns
 from app.service.locks import KeyedLocks
 from app.service.observer import NO_SESSION_OBSERVER, SessionObserver
 from app.service.quotas import QuotaLedger
@@ -86,6 +87,7 @@ class SessionService:
         tenant_limits: Callable[[], Mapping[str, TenantLimits]] = dict,
         search_index: Path | None = None,
         answers: ChangeAnswers = NO_ANSWERS,
+        interrupt_after_ms: int | None = None,
     ) -> None:
         """``answers`` says how a change reads as its answer (the API's wire format): an idempotent change's answer
         is kept with it."""
@@ -115,6 +117,10 @@ class SessionService:
         self._appends: AppendQueue[Appended] = AppendQueue(self._locks, writer.write)
         self.idempotency = IdempotencyGate(backend, clock, answers)
         self.retention = Retention(backend, tenant_limits, clock, self._expire)
+        # Spec 17: idle open turns closed by the service itself, when the setting asks for it.
+        self.idle_turns = (
+            IdleTurns(backend, interrupt_after_ms, clock, self._interrupt_idle) if interrupt_after_ms else None
+        )
         self.searcher = Searcher(backend, search_index)
         self.changes.watchers.append(self.searcher.changed)
         backend.listen(self.changes.changed)
@@ -153,6 +159,8 @@ class SessionService:
         self.searcher.start()
         self.idempotency.start_sweeping()
         self.retention.start()
+        if self.idle_turns is not None:
+            self.idle_turns.start()
         self.changes.start_rechecks(TAIL_RECHECK_SECONDS)
 
     def stopping(self) -> None:
@@ -166,6 +174,8 @@ class SessionService:
         self.changes.close()
         await self.idempotency.stop_sweeping()
         await self.retention.stop()
+        if self.idle_turns is not None:
+            await self.idle_turns.stop()
         if was_ready:
             await self._appends.drained()
         await self.searcher.stop()
@@ -296,6 +306,9 @@ class SessionService:
             claimed=change.slot if change is not None else None,
             compose=closers_for,
         )
+
+    async def _interrupt_idle(self, key: SessionKey, expected_seq: int, instance: str) -> Appended:
+        return await self.interrupt(key, expected_seq=expected_seq, instance=instance)
 
     # -- delete ----------------------------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from app.domain.errors import ErrorCode, SessionError
 from app.domain.fast_init import fast_init
 from app.domain.jsonvalue import is_safe_integer
 from app.domain.log_state import LogState
+from app.domain.stats import NO_STATS, SessionStats
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -167,6 +168,7 @@ class LogHead:
     body_bytes: int = 0  # the bytes of the stored lines (the header line not included)
     title: str | None = None
     preview: str | None = None
+    stats: SessionStats = NO_STATS  # the figures of spec 17 (the Session's stats, usage and ownUsage)
 
     @property
     def forkable(self) -> bool:
@@ -197,6 +199,7 @@ def _head_of(state: LogState) -> LogHead:
         state.body_bytes,
         state.title,
         state.preview,
+        state.stats,
     )
 
 

@@ -99,6 +99,7 @@ CALLS = {
     "read_lineage": Call("GET", "/sessions/demo/lineage", Scope.READ, 200),
     "snapshot_session": Call("POST", "/sessions/demo/snapshot", Scope.READ, 200, {"atSeq": 8}),
     "fork_session": Call("POST", "/sessions/demo/fork", Scope.WRITE, 201, {"atSeq": 8, "sessionId": "kid"}),
+    "interrupt_turn": Call("POST", "/sessions/demo/interrupt", Scope.WRITE, 201, {}),  # spec 17: its open turn
     "metrics": Call("GET", "/metrics", Scope.ADMIN, 200),  # spec 13: counts over every tenant
 }
 # The docs pages, and the files of the session browser and of the docs pages (the mounts "ui" and "docs_assets").

@@ -33,6 +33,7 @@ OPERATIONS = {
     "read_history": ("get", "/sessions/{id}/history", "200"),
     "snapshot_session": ("post", "/sessions/{id}/snapshot", "200"),
     "fork_session": ("post", "/sessions/{id}/fork", "201"),
+    "interrupt_turn": ("post", "/sessions/{id}/interrupt", "201"),
     "healthz": ("get", "/healthz", "200"),
     "readyz": ("get", "/readyz", "200"),
     "metrics": ("get", "/metrics", "200"),

@@ -26,6 +26,7 @@ __all__ = [
     "FORK",
     "FORK_BOUNDARIES",
     "HISTORY_QUERY",
+    "INTERRUPT",
     "LIST_QUERY",
     "MAX_APPEND_EVENTS",
     "READ_QUERY",
@@ -315,6 +316,11 @@ APPEND = BodyShape(
     ),
     element_member="events",
     empty_is_object=False,
+)
+INTERRUPT = BodyShape(
+    "InterruptRequest",
+    "POST /sessions/{id}/interrupt (the body may be empty): the open turn closed as DSH closes an abandoned one",
+    (_EXPECTED_SEQ, _INSTANCE),
 )
 SNAPSHOT = BodyShape(
     "SnapshotRequest", "POST /sessions/{id}/snapshot (the body may be empty)", (_INSTANCE, _AT_SEQ, _EXPECTED_SEQ)

@@ -13,6 +13,7 @@ from app.domain.dsh_records import encode_header
 from app.domain.ids import is_valid_id
 from app.domain.search import Match
 from app.domain.session import HEADER_FIELDS, Session, SessionHeader
+from app.domain.stats import SessionStats
 from app.service.idempotency import Answer
 from app.service.sessions import Appended
 
@@ -45,6 +46,9 @@ SESSION_MEMBERS: tuple[str, ...] = (
     "title",
     "preview",
     "bytes",
+    "stats",
+    "usage",
+    "ownUsage",
 )
 
 
@@ -64,6 +68,9 @@ def session_json(session: Session) -> dict[str, Any]:
     resource["title"] = head.title
     resource["preview"] = head.preview
     resource["bytes"] = len(encode_header(header)) + head.body_bytes
+    resource["stats"] = head.stats.view()
+    resource["usage"] = dict(head.stats.usage)
+    resource["ownUsage"] = dict(head.stats.own_usage)
     return resource
 
 
@@ -91,8 +98,27 @@ def session_payload(session: Session) -> bytes:
                 "preview": head.preview,
                 "bytes": header_bytes + head.body_bytes,
             }
-        )[1:]
+        )[1:-1]
+        + _stats_part(head.stats)
     )
+
+
+# The encoded figures of recent stats values, by identity (kept with the value, as _HEADER_PARTS keeps headers): an
+# append that changes no figure (most streamed chunks) encodes none.
+_STATS_PARTS: dict[int, tuple[SessionStats, bytes]] = {}
+_STATS_PARTS_KEPT = 4096
+
+
+def _stats_part(stats: SessionStats) -> bytes:
+    """The Session resource's closing members from ``stats``: ``,"stats":{...},"usage":{...},"ownUsage":{...}}``."""
+    kept = _STATS_PARTS.get(id(stats))
+    if kept is not None and kept[0] is stats:
+        return kept[1]
+    part = b"," + orjson.dumps({"stats": stats.view(), "usage": stats.usage, "ownUsage": stats.own_usage})[1:]
+    if len(_STATS_PARTS) >= _STATS_PARTS_KEPT:
+        _STATS_PARTS.clear()
+    _STATS_PARTS[id(stats)] = (stats, part)
+    return part
 
 
 # The encoded header members of recent headers, by identity (the header itself is kept, so an id is never reused

@@ -36,6 +36,7 @@ from app.backends.postgres.pool import Connection, PoolSettings, connect, open_p
 from app.backends.postgres.schema import migrate
 from app.backends.postgres.search import PostgresSearch
 from app.backends.postgres.state_fill import fill_old_states
+from app.backends.postgres.stats_fill import fill_old_stats
 from app.backends.postgres.sweep import sweep_once
 from app.backends.postgres.tips import TipCache
 from app.domain.ids import new_instance
@@ -174,6 +175,7 @@ class PostgresCore:
         try:
             found = await migrate(conn)
             await fill_old_states(conn, self._chains)
+            await fill_old_stats(conn, self._chains)
         finally:
             await conn.close(timeout=self._settings.connect_timeout)
         self._pool = await open_pool(self._url, self._settings)

@@ -32,6 +32,8 @@ Tables (every name starts with ``forklog_``):
 
 - ``state_fill``: the logs whose rows an older forklog wrote without the sidebar's members (version 6), emptied by
   the next start (:mod:`app.backends.postgres.state_fill`).
+- ``stats_fill``: the logs whose rows an older forklog wrote without the session's figures of spec 17 (the stats
+  migration), emptied by the next start (:mod:`app.backends.postgres.stats_fill`).
 
 ``sessions.archived`` says whether the session is archived (spec 17): never cached by a replica but in the tip an
 append checks, which the append's own statement confirms (a moved flag is a stale tip, read again).
@@ -200,6 +202,16 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE forklog_sessions ALTER COLUMN changed_at SET NOT NULL;
     ALTER TABLE forklog_sessions
         ALTER COLUMN changed_at SET DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    """,
+    # stats: the logs whose rows an older forklog wrote without the session's figures (spec 17: a state of fewer than
+    # 15 columns, a checkpoint of fewer than 5), filled from their events by the next start
+    # (app.backends.postgres.stats_fill).
+    """
+    CREATE TABLE forklog_stats_fill (log bigint PRIMARY KEY);
+    INSERT INTO forklog_stats_fill (log)
+        SELECT log FROM forklog_sessions WHERE jsonb_array_length(state::jsonb) < 15
+        UNION
+        SELECT DISTINCT log FROM forklog_turn_ends WHERE jsonb_array_length(checkpoint::jsonb) < 5;
     """,
     # archived (spec 17): hidden from lists and searches unless asked for; kept in the row, beside the log, so that
     # every replica reads it from the database (the default serves the creates of an older replica meanwhile).

@@ -52,9 +52,17 @@ ADDED_BY_VERSION = {
     7: "SELECT 1",  # search's rows emptied: nothing to undo (an older version's rows are refilled anyway)
     8: "ALTER TABLE forklog_sessions DROP COLUMN changed_at",
 }
-# Archive's column (spec 17), by its migration's place, wherever the migrations of other branches put it.
-ARCHIVE_VERSION = next(number for number, text in enumerate(MIGRATIONS, 1) if "COLUMN IF NOT EXISTS archived" in text)
-ADDED_BY_VERSION[ARCHIVE_VERSION] = "ALTER TABLE forklog_sessions DROP COLUMN archived"
+# Spec 17's migrations (the stats' fill list, archive's column), by their places, wherever the branches put them.
+ADDED_BY_VERSION.update(
+    {
+        next(number for number, text in enumerate(MIGRATIONS, 1) if "CREATE TABLE forklog_stats_fill" in text): (
+            "DROP TABLE forklog_stats_fill"
+        ),
+        next(number for number, text in enumerate(MIGRATIONS, 1) if "COLUMN IF NOT EXISTS archived" in text): (
+            "ALTER TABLE forklog_sessions DROP COLUMN archived"
+        ),
+    }
+)
 
 
 async def as_version_left_it(url: str, version: int) -> None:

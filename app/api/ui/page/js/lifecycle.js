@@ -125,13 +125,14 @@ export class LifecycleView {
   }
 
   async interrupt() {
-    const s = this.session;
+    // What the page shows now (the live tail may change the session while the request runs).
+    const { eventCount, instance, openTurn } = this.session;
     this.showProblem(null);
     this.interruptButton.disabled = true;
     try {
       // At the log length shown: a turn that moved meanwhile is not interrupted behind the reader's back.
-      const answer = await request("POST", sessionPath(this.sessionId, "/interrupt"), { body: { expectedSeq: s.eventCount, instance: s.instance } });
-      this.notify(`Interrupted turn ${s.openTurn} of ${this.sessionId}: ${answer.events.length} events closed it.`);
+      const answer = await request("POST", sessionPath(this.sessionId, "/interrupt"), { body: { expectedSeq: eventCount, instance } });
+      this.notify(`Interrupted turn ${openTurn} of ${this.sessionId}: ${answer.events.length} events closed it.`);
       this.onChange(answer.session);
     } catch (problem) {
       this.showProblem(problem);

@@ -4,7 +4,8 @@ Layout::
 
     <data-dir>/forklog.lock                  held (flock) by the one process that owns the directory
     <data-dir>/sessions/<id>.jsonl           the sessions of the tenant "default"
-    <data-dir>/index/                        their index files and cut records
+    <data-dir>/index/                        their index files and cut records; the journals of every tenant's
+                                             checkpoints, idempotency records and archived sessions
     <data-dir>/tenants/<tenant>/sessions/    the sessions of any other tenant (spec 9)
     <data-dir>/tenants/<tenant>/index/
     <data-dir>/tmp/                          files being created or deleted; emptied at start

@@ -52,8 +52,11 @@ _CHECKPOINTS_LIMIT = 1 << 16
 def checkpoint(
     next_turn: Any, next_step: Any, pending: frozenset[Any] = NO_PENDING, stats: SessionStats = NO_STATS
 ) -> Checkpoint:
-    """The shared :class:`Checkpoint` of these values."""
+    """The shared :class:`Checkpoint` of these values (one with figures is rarely another's: it is kept alone, and
+    shares its figures with the log state it was taken from)."""
     point = Checkpoint(next_turn, next_step, pending if pending else NO_PENDING, stats)
+    if stats is not NO_STATS:
+        return point
     try:
         return _CHECKPOINTS[point]
     except KeyError:

@@ -122,7 +122,8 @@ _FOLDED = frozenset(
 
 def _fold(state: LogState, event: dict[str, Any]) -> None:
     state.stats = fold_stats(state.stats, event)
-    state.unanswered = fold_unanswered(state.unanswered, event)
+    if event["type"] != "assistant/chunk":  # (a chunk never changes the calls an interrupt answers)
+        state.unanswered = fold_unanswered(state.unanswered, event)
 
 
 def _fold_chunks(state: LogState, events: Sequence[Any], start: int, stop: int) -> None:

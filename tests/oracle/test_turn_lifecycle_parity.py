@@ -18,6 +18,7 @@ oracle answer so renumbered.
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -33,7 +34,7 @@ from app.domain.log import SessionLog, seed_log
 from tests.api.helpers import wait_ready
 from tests.events import agent_step, agent_turn, step_end, turn_start, user_message
 from tests.oracle.conftest import Oracle
-from tests.oracle.test_dsh_parity import load_logs
+from tests.oracle.test_dsh_parity import load_logs, mutate
 
 STATIC = ("type", "data", "surfaceOp", "sourceEventSeqs")
 CHUNK = "assistant/chunk"
@@ -196,3 +197,27 @@ def test_stats_equal_dsh_fold_after_every_append_of_a_long_session(dsh_oracle: O
     final = client.get("/sessions/long").json()
     assert final["stats"]["turns"] == 30 and final["stats"]["toolMs"] >= 0
     assert final["usage"]["inputTokens"] > 0 and final["usage"] == final["ownUsage"]
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_mutated_dsh_logs_get_dsh_closers_and_stats(dsh_oracle: Oracle, round_: int) -> None:
+    """DSH logs changed at random (as the seed parity test changes them): wherever forklog accepts the log, its
+    stats are DSH's fold and, with a turn open, its closers DSH's."""
+    rng = random.Random(1700 + round_)
+    logs = load_logs()
+    compared = 0
+    for _ in range(150):
+        events = rng.choice(logs)
+        for _ in range(rng.randint(1, 2)):
+            events = mutate(events, rng)
+        if rng.random() < 0.5 and events:  # cut inside the log, often inside a turn
+            events = events[: rng.randrange(1, len(events) + 1)]
+        try:
+            state = seed_log(copy.deepcopy(events), now=0).state
+        except SessionError:
+            continue
+        compared += 1
+        assert state.stats.view() == dsh_oracle.stats(events)
+        if state.open_turn is not None:
+            assert closers_for(state) == _static(dsh_oracle.closers(events))
+    assert compared > 30

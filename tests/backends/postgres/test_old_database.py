@@ -28,7 +28,7 @@ from tests.api.helpers import append, assert_problem, create, fork, get_session,
 from tests.events import question_and_answer
 from tests.support.postgres import PostgresCluster
 
-SIDEBAR = ("title", "preview", "bytes", "updatedAt", "eventCount", "lastTurnEndSeq")
+SIDEBAR = ("title", "preview", "bytes", "updatedAt", "eventCount", "lastTurnEndSeq", "stats", "usage", "ownUsage")
 
 
 def title(text: str) -> dict[str, Any]:
@@ -51,6 +51,10 @@ ADDED_BY_VERSION = {
     6: "DROP TABLE forklog_state_fill",
     7: "SELECT 1",  # search's rows emptied: nothing to undo (an older version's rows are refilled anyway)
     8: "ALTER TABLE forklog_sessions DROP COLUMN changed_at",
+    # spec 17's figures (found by name: the lead renumbers migrations that land together)
+    next(
+        number for number, sql in enumerate(MIGRATIONS, 1) if "forklog_stats_fill" in sql
+    ): "DROP TABLE forklog_stats_fill",
 }
 # Spec 17's migrations (the stats' fill list, archive's column), by their places, wherever the branches put them.
 ADDED_BY_VERSION.update(

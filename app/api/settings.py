@@ -89,7 +89,13 @@ class Settings(BaseSettings):
         None, description="without a keys file: an ISO 8601 duration (P30D, PT12H): sessions idle longer are deleted"
     )
 
-    @field_validator("retention")
+    interrupt_after: str | None = Field(
+        None,
+        description="an ISO 8601 duration (PT30M, P1D): an open turn without an event for that long is interrupted "
+        "by the service (DSH's closers, as POST /sessions/{id}/interrupt appends them)",
+    )
+
+    @field_validator("retention", "interrupt_after")
     @classmethod
     def _check_retention(cls, value: str | None) -> str | None:
         if value is not None:
@@ -109,6 +115,10 @@ class Settings(BaseSettings):
             pool_size=self.database_pool_size,
             compression=self.compression,
         )
+
+    @property
+    def interrupt_after_ms(self) -> int | None:
+        return parse_duration_ms(self.interrupt_after) if self.interrupt_after is not None else None
 
     def tenant_limits(self) -> TenantLimits:
         """The tenant default's limits these settings give (spec 14)."""

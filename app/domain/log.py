@@ -28,6 +28,7 @@ from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.log_state import LogState
 from app.domain.staging import Checkpoint, LogTip, StagedEvents
 from app.domain.staging_rules import stage
+from app.domain.stats import SessionStats
 from app.domain.summary import TITLE_TYPE, title_of
 
 __all__ = [
@@ -398,6 +399,7 @@ class SessionLog:
             title_seq=title_seq,
             preview=preview,
             preview_seq=preview_seq,
+            stats=point.stats.owned_from(count),
         )
 
     def tip_at(self, count: int) -> LogTip:
@@ -444,10 +446,14 @@ class _PrefixTip:
         return self._log.event(seq)
 
 
-def seed_log(seed: Sequence[Any] | None, *, now: int, breaks: dict[int, str] | None = None) -> SessionLog:
-    """A new log holding ``seed``, every event checked; INVALID_SEED names the lowest bad index. Pure: safe to run
-    in a worker thread."""
+def seed_log(
+    seed: Sequence[Any] | None, *, now: int, breaks: dict[int, str] | None = None, seed_length: int | None = None
+) -> SessionLog:
+    """A new log holding ``seed``, every event checked; INVALID_SEED names the lowest bad index. ``seed_length`` is
+    the header's (the first events that came from a parent: its own usage counts from there). Pure: safe to run in a
+    worker thread."""
     log = SessionLog()
+    log.state.stats = SessionStats(seed_length or 0)
     if seed:
         try:
             log.commit(log.stage(seed, appended=False, now=now, breaks=breaks))

@@ -89,6 +89,7 @@ CALLS = {
     "create_session": Call("POST", "/sessions", Scope.WRITE, 201, {"id": "fresh"}),
     "list_sessions": Call("GET", "/sessions", Scope.READ, 200),
     "get_session": Call("GET", "/sessions/demo", Scope.READ, 200),
+    "update_session": Call("PATCH", "/sessions/demo", Scope.WRITE, 200, {"archived": True}),
     "delete_session": Call("DELETE", "/sessions/demo", Scope.WRITE, 204),
     "append_events": Call("POST", "/sessions/demo/events", Scope.WRITE, 201, {"events": close_turn(2)}),
     "read_events": Call("GET", "/sessions/demo/events", Scope.READ, 200),
@@ -99,6 +100,7 @@ CALLS = {
     "read_lineage": Call("GET", "/sessions/demo/lineage", Scope.READ, 200),
     "snapshot_session": Call("POST", "/sessions/demo/snapshot", Scope.READ, 200, {"atSeq": 8}),
     "fork_session": Call("POST", "/sessions/demo/fork", Scope.WRITE, 201, {"atSeq": 8, "sessionId": "kid"}),
+    "interrupt_turn": Call("POST", "/sessions/demo/interrupt", Scope.WRITE, 201, {}),  # spec 17: its open turn
     "metrics": Call("GET", "/metrics", Scope.ADMIN, 200),  # spec 13: counts over every tenant
 }
 # The docs pages, and the files of the session browser and of the docs pages (the mounts "ui" and "docs_assets").

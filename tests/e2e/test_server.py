@@ -128,6 +128,9 @@ def check_walk_answers(answers: list[Answer]) -> None:
         "title": None,
         "preview": "Hello",
         "bytes": None,
+        "stats": appended_session["stats"] | {"turns": 1, "steps": 1},
+        "usage": {},
+        "ownUsage": {},
     }
 
     child = forked.json()

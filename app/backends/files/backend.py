@@ -35,9 +35,10 @@ from app.backends.base import (
 )
 from app.backends.catalog import Catalog, LiveSession
 from app.backends.catalog_reads import CatalogReads, readiness_of, starting_log
-from app.backends.errors import Access
+from app.backends.errors import Access, StorageUnavailable
 from app.backends.files.appends.cuts import CUT_SUFFIX, CutRecords
 from app.backends.files.appends.writer import OPEN_FILES, AppendWriter
+from app.backends.files.archive_journal import ArchiveJournal, apply_archived
 from app.backends.files.checkpoints.journal import JOURNAL_NAME, Journal
 from app.backends.files.checkpoints.keeper import REWRITE_MIN_BYTES, Checkpointer
 from app.backends.files.disk.datadir import DataDir
@@ -131,6 +132,7 @@ class FileBackend(CatalogReads):
         self.datadir.lock()
         self.catalog = Catalog(clock)
         self.remembered = IdempotencyJournal(self.datadir.root / "index", self.ops, sync=sync)
+        self.archived = ArchiveJournal(self.datadir.root / "index", self.ops, sync=sync)
         self._cuts = CutRecords(self.ops, sync=sync)
         self._writer = AppendWriter(self.ops, self._cuts, sync=sync, folder=self.datadir.root)
         # The paths an append names, made once for the sessions in use (two Path objects an append otherwise).
@@ -235,6 +237,7 @@ class FileBackend(CatalogReads):
         # every event again (after files no checkpoint covers, that is the whole store).
         await checkpointer.checkpoint_quietly()
         self.recovery = report
+        await asyncio.to_thread(self._load_archived)
         await asyncio.to_thread(
             self.remembered.reconcile, self._change_is_there, expired_before=self._clock() - KEEP_REMEMBERED_MS
         )
@@ -248,6 +251,13 @@ class FileBackend(CatalogReads):
         )
         self._opened = True
         checkpointer.start()
+
+    def _load_archived(self) -> None:
+        """Mark the sessions the archive journal names archived; fold the journal if it holds anything else."""
+        named = self.archived.load()
+        kept = apply_archived(self.catalog, named)
+        if kept != named or not self.archived.folded:
+            self.archived.rewrite(kept.items())
 
     def _change_is_there(self, record: IdempotencyRecord, digest: str | None) -> bool:
         """Whether a record's change was made: its session, that incarnation, holding its events byte for byte."""
@@ -289,6 +299,7 @@ class FileBackend(CatalogReads):
         finally:
             await self._writer.close()
             self.journal.close()
+            self.archived.close()
             self.datadir.unlock()
 
     async def readiness(self, tenant: str | None = None) -> Readiness:
@@ -329,7 +340,29 @@ class FileBackend(CatalogReads):
     async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
         if self.catalog.get(key) is not None:
             raise SessionAlreadyExists(key.id)
+        if header.archived:  # first: a line of an incarnation that is never made applies to nothing
+            await self._write_archived(key, header.instance, True)
         return await self._make(key, header, log, [])
+
+    # -- archive (app/backends/files/archive_journal.py) -------------------------------------------------------------
+
+    async def set_archived(
+        self, key: SessionKey, instance: str, archived: bool, expected_count: int | None = None
+    ) -> Session | None:
+        live = self.catalog.incarnation(key, instance, expected_count)
+        if live is None:
+            return None
+        if live.header.archived != archived:
+            await self._write_archived(key, instance, archived)
+            self.catalog.set_archived(live, archived)
+        return live.view()
+
+    async def _write_archived(self, key: SessionKey, instance: str, archived: bool) -> None:
+        with (
+            disk_errors(Access.CHANGE, f"archive session {key.id!r}"),
+            self._writer.observer.durable_write(SYNC_SPAN, 0),
+        ):
+            await asyncio.to_thread(self.archived.write, key, instance, archived)
 
     async def _make(
         self,
@@ -614,12 +647,17 @@ class FileBackend(CatalogReads):
                 self._writer.observer.durable_write(SYNC_SPAN, 0),
             ):
                 await asyncio.to_thread(self._delete_file, key)
+            live = self.catalog.live(key)
             self.catalog.remove(key)
         finally:
             if held is not None:
                 held.release()
                 if not held.locked() and self._held.get(key) is held:
                     del self._held[key]
+        if live is not None and live.header.archived:
+            # Its archive line goes too (a crash first leaves a line of a gone incarnation: the next start drops it).
+            with contextlib.suppress(StorageUnavailable):
+                await self._write_archived(key, live.header.instance, False)
 
     # -- idempotent retries (app/backends/files/idempotency_journal.py) ------------------------------------------------
 

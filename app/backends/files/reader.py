@@ -21,6 +21,7 @@ from app.backends.catalog import Catalog
 from app.backends.catalog_reads import CatalogReads
 from app.backends.errors import DataDirLocked, StaleHead, StartRefused
 from app.backends.files.appends.cuts import CutRecords
+from app.backends.files.archive_journal import ArchiveJournal, apply_archived
 from app.backends.files.checkpoints.journal import JOURNAL_NAME, Journal
 from app.backends.files.disk.datadir import DataDir
 from app.backends.files.disk.encoding import Encoding
@@ -105,6 +106,8 @@ class FileReader(CatalogReads):
             )
         report = await asyncio.to_thread(self._recovery(keep=True).run)
         self.catalog.load(report.sessions)
+        archived = ArchiveJournal(self.datadir.root / "index", self.ops, sync=False)
+        apply_archived(self.catalog, await asyncio.to_thread(archived.load))  # (read only: never folded here)
         for key, reason, created_at in report.quarantined:
             self.catalog.quarantine(key, reason, created_at=created_at)
         self._corrupt = report.corrupt

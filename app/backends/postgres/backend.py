@@ -31,7 +31,7 @@ from app.backends.postgres.chains import Chain
 from app.backends.postgres.core import COMMIT_SPAN, during
 from app.backends.postgres.packs import Packs
 from app.backends.postgres.quotas import bytes_without_created_at, check_quota, seed_bytes
-from app.backends.postgres.reads import PostgresReads
+from app.backends.postgres.reads import PostgresReads, session_of
 from app.backends.postgres.rows import Rows
 from app.backends.postgres.state import encode_state
 from app.backends.postgres.tips import CachedTip
@@ -93,7 +93,17 @@ class PostgresBackend(PostgresReads):
 
     async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
         lineage = {field.attr: getattr(header, field.attr) for field in HEADER_FIELDS}
-        return await self._make(key, header.instance, lineage, log, restored_at=header.created_at, remember=None)
+        return await self._make(
+            key, header.instance, lineage, log, restored_at=header.created_at, remember=None, archived=header.archived
+        )
+
+    async def set_archived(
+        self, key: SessionKey, instance: str, archived: bool, expected_count: int | None = None
+    ) -> Session | None:
+        self._tips.drop(key)  # its header changes: the next append reads the row again
+        async with self._connection(Access.CHANGE) as conn, during(self.observer.durable_write(COMMIT_SPAN, 0)):
+            row = await conn.fetchrow(queries.SET_ARCHIVED, key.tenant, key.id, instance, archived, expected_count)
+        return session_of(key, row) if row is not None else None
 
     async def _make(
         self,
@@ -104,6 +114,7 @@ class PostgresBackend(PostgresReads):
         *,
         restored_at: int | None,
         remember: Remember | None,
+        archived: bool = False,
     ) -> Session:
         rows = Rows.of_log(log)
         # The seed's ended turns go in as packs (compressed off the event loop when they are many), its open turn
@@ -145,10 +156,13 @@ class PostgresBackend(PostgresReads):
                     known,
                     now,
                     *packs.params(),
+                    archived,
                 )
                 if made is None:
                     raise SessionAlreadyExists(key.id)
-                header = SessionHeader(id=key.id, created_at=made["created_at"], instance=instance, **lineage)
+                header = SessionHeader(
+                    id=key.id, created_at=made["created_at"], instance=instance, archived=archived, **lineage
+                )
                 session = Session(key, header, head_of(log.state), now)
                 if remember is not None:
                     await conn.execute(queries.INSERT_REMEMBERED, *_remembered_params(remember(session)))
@@ -215,6 +229,7 @@ class PostgresBackend(PostgresReads):
                     known,
                     now,
                     *packs.params(),
+                    False,
                 )
                 if made is None:
                     raise SessionAlreadyExists(key.id)
@@ -246,6 +261,7 @@ class PostgresBackend(PostgresReads):
             *rows.params(),
             changed_at,
             *packs.params(),
+            cached.session.header.archived,
         ]
         statement = queries.APPEND
         if remember:

@@ -38,6 +38,7 @@ from app.backends.postgres.pooler import DIRECT, Pooling, behind_pooler, pooled_
 from app.backends.postgres.schema import migrate
 from app.backends.postgres.search import PostgresSearch
 from app.backends.postgres.state_fill import fill_old_states
+from app.backends.postgres.stats_fill import fill_old_stats
 from app.backends.postgres.sweep import sweep_once
 from app.backends.postgres.tips import TipCache
 from app.backends.postgres.vacuum import Vacuum
@@ -193,6 +194,7 @@ class PostgresCore:
             self._pooling = await pooling_of(conn, self.where)
             found = await migrate(conn)
             await fill_old_states(conn, self._chains)
+            await fill_old_stats(conn, self._chains)
         finally:
             await conn.close(timeout=self._settings.connect_timeout)
         await self._route_feed()

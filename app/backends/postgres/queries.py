@@ -27,6 +27,7 @@ __all__ = [
     "RECALL",
     "RESTORE_SESSION",
     "SESSION_COLUMNS",
+    "SET_ARCHIVED",
     "SURFACE",
     "TENANTS",
     "TURN_END",
@@ -35,7 +36,7 @@ __all__ = [
 
 SESSION_COLUMNS = (
     "instance, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, log, count, "
-    "state, changed_at"
+    "state, changed_at, archived"
 )
 
 FIND = f"SELECT {SESSION_COLUMNS} FROM forklog_sessions WHERE tenant = $1 AND id = $2"
@@ -59,6 +60,8 @@ def page_query(tenant: str, request: PageRequest) -> tuple[str, list[Any]]:
         elif value is not None:
             params.append(value)
             conditions.append(f"{column} = ${len(params)}")
+    if query.archived is not None:
+        conditions.append("archived" if query.archived else "NOT archived")
     column = "created_at" if query.order == CREATED else "updated_at"
     if after is not None:
         params.extend(after)
@@ -105,15 +108,16 @@ INCARNATION_LOG = "SELECT id FROM forklog_logs WHERE tenant = $1 AND session_id 
 # may hold U+0000, which jsonb refuses. The state is written by orjson, so it starts "[<digits>," (or "[null,").
 # An append, one statement: the head moves only if it is where the batch was staged ($3 log, $6 count), and the rows
 # go in only if it moved ($7..$14 the small rows, surface rows and turn/ends, $16..$20 the packs of a large batch);
-# $15 is when it is acknowledged, by the server's clock (retention counts from it). (No
-# NOTIFY in it: notifications serialize commits, so they are sent after, in batches.)
+# $15 is when it is acknowledged, by the server's clock (retention counts from it); $21 the archived flag of the
+# cached tip (another replica's archive makes the tip stale, and the answer would tell it). (No NOTIFY in it:
+# notifications serialize commits, so they are sent after, in batches.)
 _APPEND_HEAD = """
 WITH head AS (
     UPDATE forklog_sessions SET count = $4, state = $5, change_seq = nextval('forklog_changes'),
         bytes = bytes + (SELECT coalesce(sum(octet_length(u.line) + 1), 0) FROM unnest($8::text[]) AS u(line))
             + (SELECT coalesce(sum(u.size), 0) FROM unnest($18::int[]) AS u(size)),
         updated_at = GREATEST(updated_at, (substring($5::text from '^[[]([0-9]+),'))::bigint), changed_at = $15
-    WHERE tenant = $1 AND id = $2 AND log = $3 AND count = $6
+    WHERE tenant = $1 AND id = $2 AND log = $3 AND count = $6 AND archived = $21
     RETURNING log, change_seq
 ), events AS (
     INSERT INTO forklog_events (log, seq, line)
@@ -132,8 +136,8 @@ _REMEMBERED_COLUMNS = (
     "tenant, key, fingerprint, status, location, body, created_at, session, instance, first_seq, end_seq"
 )
 _REMEMBERED_ARRAYS = (
-    "unnest($21::text[], $22::text[], $23::text[], $24::int[], $25::text[], $26::bytea[], $27::bigint[], "
-    "$28::text[], $29::text[], $30::bigint[], $31::bigint[])"
+    "unnest($22::text[], $23::text[], $24::text[], $25::int[], $26::text[], $27::bytea[], $28::bigint[], "
+    "$29::text[], $30::text[], $31::bigint[], $32::bigint[])"
 )
 APPEND = _APPEND_HEAD + "\nSELECT head.change_seq FROM head"
 APPEND_REMEMBERING = (
@@ -159,7 +163,7 @@ CLAIM_SOURCE = (
 # header's optional fields, $11 log, $12 count, $13 state, $14 parent log, $15 parent count, $16..$23 the seed's
 # small rows (as in an append; empty when they were copied in before), $24 its bytes but the createdAt's digits (or
 # NULL: not known yet), $25 when it is acknowledged (by the server's clock: retention counts from it), $26..$30 the
-# packs of its ended turns. The createdAt is
+# packs of its ended turns, $31 whether it is archived (a restored one may be; a new one never is). The createdAt is
 # max(now, 1 + the largest given to the tenant) from the tenant's clock row, made on its first create and locked
 # until commit, so that a tenant's creates on every replica follow each other (and other tenants' creates neither
 # wait for it nor show in it). A taken id inserts nothing (and the caller's transaction, if
@@ -168,11 +172,11 @@ _NEW_SESSION = """
 , session AS (
     INSERT INTO forklog_sessions (tenant, id, instance, created_at, cwd, parent_session, seed_length, origin,
                                   delegation_depth, agent_preset, log, count, state, change_seq, bytes, updated_at,
-                                  changed_at)
+                                  changed_at, archived)
     SELECT $1, $2, $3, clock.created_at, $5, $6, $7, $8, $9, $10, $11, $12, $13, nextval('forklog_changes'),
            $24::bigint + length(clock.created_at::text),
            GREATEST(clock.created_at, COALESCE((substring($13::text from '^[[]([0-9]+),'))::bigint, clock.created_at)),
-           $25
+           $25, $31
     FROM clock
     ON CONFLICT (tenant, id) DO NOTHING
     RETURNING created_at, change_seq
@@ -200,6 +204,14 @@ _TENANT_CLOCK = (
 )
 CREATE_SESSION = _TENANT_CLOCK.format(" + 1") + "RETURNING last_created_at AS created_at)" + _NEW_SESSION
 RESTORE_SESSION = _TENANT_CLOCK.format("") + "RETURNING $4::bigint AS created_at)" + _NEW_SESSION
+
+# Archive or unarchive an incarnation ($3), only at the log length $5 when given; no event, no change_seq (nothing
+# another replica caches but a tip, which the next append's own statement confirms).
+SET_ARCHIVED = f"""
+UPDATE forklog_sessions SET archived = $4
+WHERE tenant = $1 AND id = $2 AND instance = $3 AND ($5::bigint IS NULL OR count = $5)
+RETURNING {SESSION_COLUMNS}
+"""
 
 DELETE_SESSION = """
 WITH gone AS (

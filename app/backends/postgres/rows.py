@@ -123,4 +123,5 @@ def header_of_row(session_id: str, row: Any) -> SessionHeader:
         origin=row["origin"],
         delegation_depth=row["delegation_depth"],
         agent_preset=row["agent_preset"],
+        archived=row.get("archived") is True,  # (a row read without the column is one no archive reached)
     )

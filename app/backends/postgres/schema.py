@@ -36,6 +36,11 @@ Tables (every name starts with ``forklog_``):
 
 - ``state_fill``: the logs whose rows an older forklog wrote without the sidebar's members (version 6), emptied by
   the next start (:mod:`app.backends.postgres.state_fill`).
+- ``stats_fill``: the logs whose rows an older forklog wrote without the session's figures of spec 17 (the stats
+  migration), emptied by the next start (:mod:`app.backends.postgres.stats_fill`).
+
+``sessions.archived`` says whether the session is archived (spec 17): never cached by a replica but in the tip an
+append checks, which the append's own statement confirms (a moved flag is a stale tip, read again).
 
 ``sessions.bytes`` (version 3) is the session's log as ``export`` writes it, header line included, or NULL where it
 is not known yet (see :mod:`app.backends.postgres.quotas`).
@@ -221,6 +226,22 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE IF NOT EXISTS forklog_pack_queue (log bigint PRIMARY KEY);
     INSERT INTO forklog_pack_queue (log) SELECT id FROM forklog_logs ON CONFLICT DO NOTHING;
     ALTER TABLE forklog_events SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000);
+    """,
+    # 10: stats: the logs whose rows an older forklog wrote without the session's figures (spec 17: a state of fewer than
+    # 15 columns, a checkpoint of fewer than 5), filled from their events by the next start
+    # (app.backends.postgres.stats_fill).
+    """
+    CREATE TABLE IF NOT EXISTS forklog_stats_fill (log bigint PRIMARY KEY);
+    INSERT INTO forklog_stats_fill (log)
+        SELECT log FROM forklog_sessions WHERE json_array_length(state::json) < 15
+        UNION
+        SELECT DISTINCT log FROM forklog_turn_ends WHERE json_array_length(checkpoint::json) < 5
+    ON CONFLICT DO NOTHING;
+    """,
+    # 11: archived (spec 17): hidden from lists and searches unless asked for; kept in the row, beside the log, so that
+    # every replica reads it from the database (the default serves the creates of an older replica meanwhile).
+    """
+    ALTER TABLE forklog_sessions ADD COLUMN IF NOT EXISTS archived boolean NOT NULL DEFAULT false;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

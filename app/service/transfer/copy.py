@@ -31,6 +31,7 @@ from app.domain.errors import EventRejected, SessionAlreadyExists
 from app.domain.listing import PageRequest
 from app.domain.log import SessionLog
 from app.domain.session import Session, SessionKey
+from app.domain.stats import SessionStats
 from app.service.errors import TransferFailed
 from app.service.transfer.dsh_log import LogEncoding
 from app.service.transfer.opened import opened
@@ -167,6 +168,7 @@ async def _log_of(store: Reader, session: Session) -> SessionLog:
     """The session's log rebuilt from its stored lines, a window at a time; TransferFailed if it would not give back
     the same bytes."""
     log = SessionLog()
+    log.state.stats = SessionStats(session.header.seed_length or 0)  # its own usage counts after its seed
     count = session.head.count
     for start in range(0, count, WINDOW_EVENTS):
         lines = await store.read(session.key, start, min(count, start + WINDOW_EVENTS))

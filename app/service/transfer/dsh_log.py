@@ -14,7 +14,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from typing import Literal, get_args
 
 from app.domain.dsh_frames import FRAME_TEXT_BOUND, DamagedFrames, decode_log, encode_frame, is_zstd
-from app.domain.dsh_records import encode_header
+from app.domain.dsh_records import export_header
 from app.domain.session import SessionHeader
 from app.service.errors import TransferFailed
 
@@ -30,11 +30,11 @@ async def log_with_header(
     """The log of ``header`` whose event lines come in the pieces of ``lines`` (cut anywhere), encoded as
     ``encoding`` asks, a piece at a time (a zstd frame holds whole lines)."""
     if encoding == "none":
-        yield encode_header(header)
+        yield export_header(header)
         async for piece in lines:
             yield piece
         return
-    yield encode_frame(encode_header(header))
+    yield encode_frame(export_header(header))
     pending = bytearray()
     async for piece in lines:
         pending += piece

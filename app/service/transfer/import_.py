@@ -52,11 +52,15 @@ def read_log(data: bytes, session_id: str | None) -> tuple[SessionHeader, Sessio
             events += decode_line(line)
         except (JsonSyntaxError, JsonTooDeep, MalformedRecord) as exc:
             raise TransferFailed(f"line {number} is not a storage record: {exc}") from None
+    # ``archived`` as export writes it (only ``true`` counts: DSH ignores the member, whatever it holds).
+    archived = record.get("archived") is True
+    header = dataclasses.replace(
+        header_from_record(record, target), id=target, instance=new_instance(), archived=archived
+    )
     try:
-        log = seed_log(events, now=wall_clock_ms())
+        log = seed_log(events, now=wall_clock_ms(), seed_length=header.seed_length)
     except SessionError as exc:
         raise TransferFailed(exc.detail) from None
-    header = dataclasses.replace(header_from_record(record, target), id=target, instance=new_instance())
     return header, log
 
 

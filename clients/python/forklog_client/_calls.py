@@ -107,6 +107,21 @@ def append(
     return Call("POST", path, Appended, content=content, idempotency_key=_key(idempotency_key))
 
 
+def update(session_id: str, archived: bool, expected_seq: int | None, instance: str | None) -> Call[Session]:
+    """``PATCH /sessions/{id}``: setting ``archived`` twice sets it once, so a retry is harmless."""
+    content = body_of(archived=archived, expectedSeq=expected_seq, instance=instance)
+    return Call("PATCH", session_path(session_id), Session, content=content)
+
+
+def interrupt(
+    session_id: str, expected_seq: int | None, instance: str | None, idempotency_key: str | None
+) -> Call[Appended]:
+    """``POST /sessions/{id}/interrupt``: a change of the log, so it carries an ``Idempotency-Key`` as an append."""
+    content = body_of(expectedSeq=expected_seq, instance=instance)
+    path = session_path(session_id, "interrupt")
+    return Call("POST", path, Appended, content=content, idempotency_key=_key(idempotency_key))
+
+
 def history(session_id: str, at_seq: int | None) -> Call[History]:
     return Call("GET", session_path(session_id, "history"), History, params=_params(atSeq=at_seq))
 
@@ -176,9 +191,12 @@ def list_filters(
     cwd: str | None,
     origin: str | None,
     agent_preset: str | None,
+    archived: bool | str | None = None,
 ) -> dict[str, Any]:
-    """The list's query parameters by their wire names, passed through as given."""
+    """The list's query parameters by their wire names, passed through as given (``archived``: ``True``,
+    ``False`` or ``"any"``, sent as ``true``, ``false``, ``any``)."""
     return {
+        "archived": archived if not isinstance(archived, bool) else ("true" if archived else "false"),
         "parent": parent,
         "order": order,
         "direction": direction,

@@ -14,6 +14,7 @@ import type {
   ForklogOptions,
   History,
   HistoryOptions,
+  InterruptOptions,
   Lineage,
   ListOptions,
   LogOptions,
@@ -22,6 +23,7 @@ import type {
   Snapshot,
   SnapshotOptions,
   TailOptions,
+  UpdateOptions,
 } from "./types.js";
 
 type Query = Record<string, string | number | undefined>;
@@ -174,15 +176,40 @@ export class Sessions {
     await this.client.send<undefined>({ method: "DELETE", path: sessionPath(id), goneIsDone: true });
   }
 
+  /**
+   * Archive (`{archived: true}`) or unarchive the session: hidden from `list` and searches unless they ask for
+   * `archived: true` or `"any"`; its log is unchanged. A retry sets the same value again, so it is harmless.
+   */
+  update(id: string, options: UpdateOptions): Promise<Session> {
+    const { archived, expectedSeq, instance } = options;
+    return this.client.send({ method: "PATCH", path: sessionPath(id), body: bodyOf({ archived, expectedSeq, instance }) });
+  }
+
+  /**
+   * Close the open turn as DSH closes an abandoned one (error results for unanswered tool calls, the open step's
+   * end, `turn/end` with reason `interrupted`), appended as one batch and answered as an append. Throws
+   * NotInTurnError when no turn is open.
+   */
+  interrupt(id: string, options: InterruptOptions = {}): Promise<Appended> {
+    const { expectedSeq, instance, idempotencyKey } = options;
+    return this.client.send({
+      method: "POST",
+      path: sessionPath(id, "interrupt"),
+      body: bodyOf({ expectedSeq, instance }),
+      idempotencyKey: idempotencyKey ?? newKey(),
+    });
+  }
+
   /** Every matching session, page after page (each page one request, asked for as the iteration needs it). */
   async *list(options: ListOptions = {}): AsyncGenerator<Session, void, undefined> {
-    const { pageSize = 100, ...filters } = options;
+    const { pageSize = 100, archived, ...filters } = options;
+    const shown = archived === undefined ? undefined : String(archived);
     let cursor: string | undefined;
     for (;;) {
       const page = await this.client.send<{ items: Session[]; nextCursor: string | null }>({
         method: "GET",
         path: "/sessions",
-        query: { ...filters, limit: pageSize, cursor },
+        query: { ...filters, archived: shown, limit: pageSize, cursor },
       });
       yield* page.items;
       if (page.nextCursor === null || page.nextCursor === undefined) return;

@@ -252,6 +252,8 @@ async def test_a_version_1_database_starts_each_tenants_clock_at_its_largest_cre
     await scalar(forklog_db, "DROP TABLE forklog_search")  # and 5's
     await scalar(forklog_db, "DROP TABLE forklog_state_fill")  # and 6's
     await scalar(forklog_db, "ALTER TABLE forklog_sessions DROP COLUMN changed_at")  # and 8's
+    await scalar(forklog_db, "DROP TABLE forklog_stats_fill")  # and the stats' (spec 17)
+    await scalar(forklog_db, "ALTER TABLE forklog_sessions DROP COLUMN archived")  # and archive's
     await scalar(forklog_db, "UPDATE forklog_schema SET version = 1")
     backend = await open_stopped(forklog_db, opened)
     assert await scalar(forklog_db, "SELECT version FROM forklog_schema") == SCHEMA_VERSION
@@ -277,6 +279,8 @@ async def test_a_version_6_database_counts_each_sessions_last_change_from_its_ac
     await backend.close()
     opened.clear()
     await scalar(forklog_db, "ALTER TABLE forklog_sessions DROP COLUMN changed_at")  # what version 7 left
+    await scalar(forklog_db, "DROP TABLE forklog_stats_fill")  # (spec 17's migrations come after it)
+    await scalar(forklog_db, "ALTER TABLE forklog_sessions DROP COLUMN archived")
     await scalar(forklog_db, "UPDATE forklog_schema SET version = 7")
     upgraded_at = wall_clock_ms()
 

@@ -5,7 +5,8 @@ Layout::
     <data-dir>/forklog.lock                  held (flock) by the one process that owns the directory
     <data-dir>/format.json                   the directory's encoding (spec 16: disk/encoding.py)
     <data-dir>/sessions/<id>.jsonl.zstd      the sessions of the tenant "default" (<id>.jsonl in a ``none`` one)
-    <data-dir>/index/                        their index files and cut records
+    <data-dir>/index/                        their index files and cut records; the journals of every tenant's
+                                             checkpoints, idempotency records and archived sessions
     <data-dir>/tenants/<tenant>/sessions/    the sessions of any other tenant (spec 9)
     <data-dir>/tenants/<tenant>/index/
     <data-dir>/tmp/                          files being created or deleted; emptied at start

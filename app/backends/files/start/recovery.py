@@ -22,6 +22,7 @@ from pathlib import Path
 from app.backends.base import CorruptEntry
 from app.backends.catalog import LiveSession
 from app.backends.files.appends.cuts import CUT_SUFFIX, CutRecords
+from app.backends.files.archive_journal import JOURNAL_NAME as ARCHIVED_NAME
 from app.backends.files.checkpoints.journal import JOURNAL_NAME, Journal
 from app.backends.files.checkpoints.records import RecordChain, decode_record, read_chains
 from app.backends.files.disk.datadir import DataDir, Space
@@ -195,6 +196,8 @@ class Recovery:
                 continue
             elif space.tenant == DEFAULT_TENANT and kind == FileKind.REGULAR and name == REMEMBERED_NAME:
                 continue  # the idempotency records: reconciled by the backend once the sessions are loaded
+            elif space.tenant == DEFAULT_TENANT and kind == FileKind.REGULAR and name == ARCHIVED_NAME:
+                continue  # which sessions are archived: applied by the backend once the sessions are loaded
             elif self._repair:  # old index files, a half-written journal, or planted: never read
                 self._remove_quietly(os.path.join(index_folder, name), kind)
         folder = str(space.sessions)

@@ -227,8 +227,8 @@ MIGRATIONS: tuple[str, ...] = (
     INSERT INTO forklog_pack_queue (log) SELECT id FROM forklog_logs ON CONFLICT DO NOTHING;
     ALTER TABLE forklog_events SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000);
     """,
-    # 10: stats: the logs whose rows an older forklog wrote without the session's figures (spec 17: a state of fewer than
-    # 15 columns, a checkpoint of fewer than 5), filled from their events by the next start
+    # 10: stats: the logs whose rows an older forklog wrote without the session's figures (spec 17: a state of fewer
+    # than 15 columns, a checkpoint of fewer than 5), filled from their events by the next start
     # (app.backends.postgres.stats_fill).
     """
     CREATE TABLE IF NOT EXISTS forklog_stats_fill (log bigint PRIMARY KEY);

@@ -211,7 +211,7 @@ async def test_a_database_of_the_forklog_before_the_packs_is_served_as_it_is_the
     assert b"".join(reads[s][0] for s in ("s0", "s1", "s2")) == stored  # the kid shares s1's rows
 
     async def repacked() -> bool:
-        return await db.fetchval("SELECT count(*) FROM forklog_pack_queue") == 0
+        return bool(await db.fetchval("SELECT count(*) FROM forklog_pack_queue") == 0)
 
     await eventually(repacked)
     assert await small_rows(db) == len(streamed_turn(6, 5)) - 2

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from app.backends.postgres.chains import ChainCache
+from app.backends.postgres.packs import PARTS, assemble
 from app.backends.postgres.pool import Connection
 from app.domain.closers import NO_UNANSWERED, fold_unanswered, unanswered_columns
 from app.domain.stats import SessionStats, fold_stats
@@ -36,11 +37,7 @@ _TAKE = "SELECT log FROM forklog_stats_fill ORDER BY log LIMIT $1 FOR UPDATE SKI
 _SESSION = "SELECT count, state, seed_length FROM forklog_sessions WHERE log = $1"
 _OLD_CHECKPOINTS = f"""
 SELECT seq, checkpoint FROM forklog_turn_ends
-WHERE log = $1 AND jsonb_array_length(checkpoint::jsonb) = {OLD_CHECKPOINT_COLUMNS} ORDER BY seq
-"""
-_LINES = """
-SELECT e.seq, e.line FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS p (log, lo, hi)
-JOIN forklog_events e ON e.log = p.log AND e.seq >= p.lo AND e.seq < p.hi ORDER BY e.seq
+WHERE log = $1 AND json_array_length(checkpoint::json) = {OLD_CHECKPOINT_COLUMNS} ORDER BY seq
 """
 
 
@@ -80,11 +77,12 @@ async def _fill(conn: Connection, chains: ChainCache, log: int) -> None:
     unanswered = NO_UNANSWERED
     for start in range(0, stop, READ_EVENTS):
         end = min(stop, start + READ_EVENTS)
-        lines = await conn.fetch(_LINES, *chain.arrays(start, end))
-        if len(lines) != end - start:
+        # The events as stored: small rows and packs alike (a pack is cut back to the range).
+        body, count = assemble(await conn.fetch(PARTS, *chain.arrays(start, end)), start, end)
+        if count != end - start:
             logger.warning("log %d: events %d..%d are not all stored; its old rows stay as they are", log, start, end)
             return
-        for seq, line in lines:
+        for seq, line in enumerate(body.split(b"\n")[:-1], start):
             event = orjson.loads(line)
             stats = fold_stats(stats, event)
             unanswered = fold_unanswered(unanswered, event)

@@ -583,6 +583,8 @@ class FileBackend(CatalogReads):
                 raise
             except (OSError, DamagedFrames) as exc:
                 logger.warning("could not compact the frames of session %r: %s", live.key.id, exc)
+            except Exception:  # never expected; the append it follows is durable and answered as such
+                logger.exception("could not compact the frames of session %r", live.key.id)
 
     def _rewrite(self, live: LiveSession, path: Path, frames: FrameIndex, run: tuple[int, int]) -> None:
         """In a worker thread: the rewrite, then (once the new file is in place) its index, and the writer's

@@ -300,7 +300,10 @@ def test_an_open_turns_frames_are_left_as_they_are(data_dir: Path) -> None:
         await store.crash()
         again = await opened(data_dir)
         assert again.get("s").log.lines() == lines
-        assert len(again.get("s").frames) == 1
+        assert len(walk_frames(zstd_file(data_dir, "s").read_bytes()).frames) == 1 + 1
+        assert again.get("s").frames is None, "an idle session keeps no index of its frames"
+        await again.append("s", b.full_turn(3))
+        assert len(again.get("s").frames) == 1, "its first compaction reads the index off the file"
         await again.close()
 
     run(scenario())

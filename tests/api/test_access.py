@@ -184,10 +184,10 @@ def test_each_tenant_has_its_own_folder_and_default_keeps_sessions(
     client = keyed()
     for caller in ("readwrite", "other", "default"):
         assert client.post("/sessions", json={"id": "demo"}, headers=keys.auth(caller)).status_code == 201
-    assert sorted(path.relative_to(data_dir).as_posix() for path in data_dir.rglob("*.jsonl")) == [
-        "sessions/demo.jsonl",
-        "tenants/acme/sessions/demo.jsonl",
-        "tenants/beta/sessions/demo.jsonl",
+    assert sorted(path.relative_to(data_dir).as_posix() for path in data_dir.rglob("*.jsonl.zstd")) == [
+        "sessions/demo.jsonl.zstd",
+        "tenants/acme/sessions/demo.jsonl.zstd",
+        "tenants/beta/sessions/demo.jsonl.zstd",
     ]
 
 

@@ -16,6 +16,7 @@ import pytest
 from app.backends.base import SeedLog, SeedPrefix
 from app.backends.files import FileBackend
 from app.domain.clock import wall_clock_ms
+from app.domain.dsh_frames import decode_log
 from app.domain.ids import new_instance
 from app.domain.log import seed_log
 from app.domain.session import SessionKey
@@ -71,11 +72,17 @@ async def fill(data_dir: Path) -> None:
 
 
 def session_files(data_dir: Path) -> dict[str, bytes]:
+    """Every session file by its path and bytes; a compressed one (a new directory's) by those of its raw form."""
     return {
-        str(path.relative_to(data_dir)): path.read_bytes()
-        for path in sorted(data_dir.rglob("*.jsonl"))
+        str(path.relative_to(data_dir)).removesuffix(".zstd"): _raw(path)
+        for path in sorted([*data_dir.rglob("*.jsonl"), *data_dir.rglob("*.jsonl.zstd")])
         if "sessions" in path.parts
     }
+
+
+def _raw(path: Path) -> bytes:
+    data = path.read_bytes()
+    return decode_log(data) if path.name.endswith(".zstd") else data
 
 
 def test_files_to_postgres_to_files_gives_the_same_session_files(tmp_path: Path, forklog_db: str) -> None:

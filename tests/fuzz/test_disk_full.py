@@ -67,7 +67,8 @@ def test_a_full_disk_answers_503_keeps_everything_and_recovers(small_disk: Path,
     ballast = small_disk / "ballast"
     ballast.write_bytes(b"\0" * 256 * 1024)  # given back later: "space returns"
     data_dir = small_disk / "data"
-    server = ServerProcess(data_dir, log_path=tmp_path / "server.log").start()
+    # (raw files: the padded turns would compress to almost nothing, and the disk would not fill)
+    server = ServerProcess(data_dir, log_path=tmp_path / "server.log", args=("--compression", "none")).start()
     try:
         with httpx.Client(base_url=server.base_url, timeout=30) as client:
             assert client.post("/sessions", json={"id": "full"}).status_code == 201

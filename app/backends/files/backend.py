@@ -46,7 +46,7 @@ from app.backends.files.disk.encoding import Encoding
 from app.backends.files.disk.errors import disk_errors
 from app.backends.files.disk.fileops import FileOps, release_free_memory
 from app.backends.files.frames.compaction import compaction_run, copy_range, rewrite
-from app.backends.files.frames.index import FrameIndex
+from app.backends.files.frames.index import FrameIndex, index_of
 from app.backends.files.idempotency_journal import IdempotencyJournal, lines_digest
 from app.backends.files.start.parallel_checks import START_BYTES as PARALLEL_CHECK_BYTES
 from app.backends.files.start.recovery import CorruptLog, Recovery, RecoveryReport, parse_header
@@ -323,10 +323,12 @@ class FileBackend(CatalogReads):
                 path = self.datadir.log_path(seed.source)
                 if not self.compressed:
                     copy_from = _BodyCopy(path, seed.source.id, seed.instance, size, log.lines(seed.count))
-                elif source.frames is not None:
+                else:
                     held = self._held_lock(seed.source)
                     await held.acquire()  # the source's frames stay where its index says while they are copied
-                    copy_from = _frame_copy(path, seed.source.id, seed.instance, source.frames, log, seed.count)
+                    frames = await self._known_frames(source, path)
+                    if frames is not None:
+                        copy_from = _frame_copy(path, seed.source.id, seed.instance, frames, log, seed.count)
         try:
             header = self.catalog.new_header(key, instance, lineage)
             made = Session(key, header, head_of(log.state), self.catalog.now())
@@ -588,7 +590,7 @@ class FileBackend(CatalogReads):
         self.remembered.keep(placed)
         if self._checkpointer is not None:
             self._checkpointer.touch(live)
-        if staged.turn_ends and live.frames is not None and live.checkpointed >= 0:
+        if staged.turn_ends and self.compressed and live.checkpointed >= 0:
             await self._compact(live, log_path)
 
     async def _compact(self, live: LiveSession, path: Path) -> None:
@@ -596,17 +598,17 @@ class FileBackend(CatalogReads):
         .compaction), before the append that ended the turn is answered, so that the bytes at rest are small as
         soon as a turn is; the append is durable already, so a rewrite that fails only leaves the frames as they
         were. Nothing else appends meanwhile (one batch at a time reaches a file); a fork's copy and a delete wait."""
-        frames = live.frames
         last_turn_end = live.log.state.last_turn_end_seq
-        if frames is None or last_turn_end is None:
-            return
-        run = compaction_run(frames, live.log.offset(last_turn_end + 1))
-        if run is None or not self._writer.is_clean(path):
+        if last_turn_end is None or not self._writer.is_clean(path):
             return
         held = self._held_lock(live.key)
         async with held:
             if self.catalog.get(live.key) is not live:
                 return  # deleted meanwhile
+            frames = await self._known_frames(live, path)
+            run = None if frames is None else compaction_run(frames, live.log.offset(last_turn_end + 1))
+            if frames is None or run is None:
+                return
             rewriting = asyncio.ensure_future(asyncio.to_thread(self._rewrite, live, path, frames, run))
             try:
                 await asyncio.shield(rewriting)
@@ -616,6 +618,8 @@ class FileBackend(CatalogReads):
                 raise
             except (OSError, DamagedFrames) as exc:
                 logger.warning("could not compact the frames of session %r: %s", live.key.id, exc)
+            except Exception:  # never expected; the append it follows is durable and answered as such
+                logger.exception("could not compact the frames of session %r", live.key.id)
 
     def _rewrite(self, live: LiveSession, path: Path, frames: FrameIndex, run: tuple[int, int]) -> None:
         """In a worker thread: the rewrite, then (once the new file is in place) its index, and the writer's
@@ -623,6 +627,26 @@ class FileBackend(CatalogReads):
         rewritten = rewrite(self.ops, path, self.datadir.tmp, frames, run, sync=self._sync)
         live.frames = rewritten
         self._writer.forget(path)
+
+    async def _known_frames(self, live: LiveSession, path: Path) -> FrameIndex | None:
+        """The index of a compressed session's frames, read off its file the first time it is needed (a start
+        keeps none: an idle session costs nothing); None when the file does not hold the log's bytes as they are.
+        Called while nothing appends to the session."""
+        if live.frames is None and self.compressed and live.checkpointed >= 0:
+            try:
+                data = await asyncio.to_thread(self._read_file, path)
+            except OSError:
+                return None
+            live.frames = index_of(data, live.log.byte_size)
+        frames: FrameIndex | None = live.frames
+        return frames
+
+    def _read_file(self, path: Path) -> bytes:
+        fd = self.ops.open(path, os.O_RDONLY)
+        try:
+            return self.ops.read_all(fd)
+        finally:
+            self.ops.close(fd)
 
     def _held_lock(self, key: SessionKey) -> asyncio.Lock:
         held = self._held.get(key)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,7 @@ def test_an_old_directory_started_with_zstd_is_refused(data_dir: Path) -> None:
 
 def test_the_setting_takes_only_its_two_values() -> None:
     with pytest.raises(ValueError, match="compression"):
-        Settings(compression="gzip")  # type: ignore[arg-type]
+        Settings(compression="gzip")
 
 
 # -- the files ---------------------------------------------------------------------------------------------------
@@ -266,10 +267,9 @@ def _streamed(batches: Any) -> tuple[int, int, int]:
         data = zstd_file(data_dir, "s").read_bytes()
         return raw, len(data), len(walk_frames(data).frames)
 
-    import tempfile
-
     with tempfile.TemporaryDirectory() as folder:
-        return run(scenario(Path(folder) / "data"))
+        measured: tuple[int, int, int] = run(scenario(Path(folder) / "data"))
+        return measured
 
 
 def test_one_event_an_append_compacts_to_at_most_0_15_of_raw_once_the_turns_ended() -> None:
@@ -300,7 +300,10 @@ def test_an_open_turns_frames_are_left_as_they_are(data_dir: Path) -> None:
         await store.crash()
         again = await opened(data_dir)
         assert again.get("s").log.lines() == lines
-        assert len(again.get("s").frames) == 1
+        assert len(walk_frames(zstd_file(data_dir, "s").read_bytes()).frames) == 1 + 1
+        assert again.get("s").frames is None, "an idle session keeps no index of its frames"
+        await again.append("s", b.full_turn(3))
+        assert len(again.get("s").frames) == 1, "its first compaction reads the index off the file"
         await again.close()
 
     run(scenario())

@@ -4,7 +4,8 @@ A ``.jsonl.zstd`` file is its header's frame, then frames of whole lines (:mod:`
 copies the whole frames of its seed as they are stored and re-encodes only the one its boundary falls in; a
 compaction rewrites a run of small frames into one. Both need, for each frame, the byte of the file it ends at and
 the byte of the body text (the lines after the header, as the log's offsets count them) it ends at: the index keeps
-them as two flat arrays, 16 bytes a frame.
+them as two flat arrays, 16 bytes a frame. A session is given its index when it is first forked or compacted
+(:func:`index_of` reads it off the frames' headers), not at a start: an idle session costs no index.
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterable
 
-__all__ = ["FrameIndex"]
+import zstandard
+
+from app.domain.dsh_frames import DamagedFrames, decompress_frame, frame_end
+
+__all__ = ["FrameIndex", "index_of"]
 
 
 class FrameIndex:
@@ -82,3 +87,26 @@ class FrameIndex:
         for frame in range(frames):
             index.add(self.file_ends[frame] - self.file_start(frame), self.text_size(frame))
         return index
+
+
+def index_of(data: bytes, body_size: int) -> FrameIndex | None:
+    """The index of the frames of a compressed file's ``data`` that hold its first ``body_size`` body bytes (what
+    the session's log holds; a refused batch not cut away yet may follow them), read off the frames' headers; None
+    when the frames do not end exactly there, or are damaged."""
+    try:
+        end = frame_end(data, 0)
+        if end is None:
+            return None
+        index = FrameIndex(end)
+        while index.body_size < body_size:
+            start = index.file_size
+            end = frame_end(data, start)
+            if end is None:
+                return None
+            size = zstandard.get_frame_parameters(data[start : start + 18]).content_size
+            if size == zstandard.CONTENTSIZE_UNKNOWN:  # a frame another writer made: its text says
+                size = len(decompress_frame(data[start:end], start))
+            index.add(end - start, size)
+    except (DamagedFrames, zstandard.ZstdError):
+        return None
+    return index if index.body_size == body_size else None

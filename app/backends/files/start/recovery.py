@@ -355,7 +355,7 @@ class Recovery:
     ) -> None:
         """Keep a recovered session (its torn tail cut away first)."""
         key, path = held.key, held.path
-        if held.torn_at is not None and held.frames is not None:
+        if held.torn_at is not None:
             logger.warning("session %s: dropped a torn final zstd frame at byte %d", key.id, held.torn_at)
             if self._repair:
                 try:
@@ -396,7 +396,6 @@ class Recovery:
                 recovered.log,
                 changed_at=held.changed_at,
                 checkpointed=recovered.checkpointed,
-                frames=held.frames,
             )
             report.sessions.append(live)
         if live is not None and whole and record is not None and self._repair and self._journal is not None:

@@ -60,7 +60,7 @@ ADDED_BY_VERSION = {
 # Spec 17's migrations (the stats' fill list, archive's column), by their places, wherever the branches put them.
 ADDED_BY_VERSION.update(
     {
-        next(number for number, text in enumerate(MIGRATIONS, 1) if "CREATE TABLE IF NOT EXISTS forklog_stats_fill" in text): (
+        next(number for number, text in enumerate(MIGRATIONS, 1) if "forklog_stats_fill" in text): (
             "DROP TABLE forklog_stats_fill"
         ),
         next(number for number, text in enumerate(MIGRATIONS, 1) if "COLUMN IF NOT EXISTS archived" in text): (

@@ -5,8 +5,9 @@ lines and what the log knows of them: where each line ends (offsets from the log
 (flat ``seq, start, end`` triples), the ``turn/end`` seqs and a small checkpoint at each. Every part but the last is
 *sealed*: it never changes again, so a fork refers to it instead of copying it, and cuts the one its seed ends in
 short through views (memoryviews: no copy). The last part grows with every commit and is sealed once it holds
-``SEAL_BYTES`` (a new one is started); a fork whose seed ends in it copies what it takes of it, at most about
-``SEAL_BYTES``. So a fork's memory and CPU do not grow with its seed, and the source appends on without ever
+``SEAL_BYTES`` (a new one is started); a fork whose seed ends in it seals it first when it holds
+``FORK_SEAL_BYTES`` or more (so that it and the forks after it share it), else copies what it takes of it. So a
+fork's memory and CPU do not grow with its seed, and the source appends on without ever
 changing what a child shares.
 
 Events are therefore immutable once stored (nobody holds a mutable object of them) and reading a range is a slice.
@@ -40,6 +41,8 @@ __all__ = [
 # The growing part of a log is sealed (made shareable) once it holds this many bytes, or SEAL_EVENTS events.
 SEAL_BYTES = 1 << 20
 SEAL_EVENTS = 1 << 14
+# A fork whose seed ends in a growing part at least this large seals it (one copy, then shared) rather than copying it.
+FORK_SEAL_BYTES = 1 << 16
 
 # A buffer of bytes: bytes, a bytearray or a memoryview of either.
 Buffer = bytes | bytearray | memoryview
@@ -358,6 +361,10 @@ class SessionLog:
         """Give the empty ``child`` the parts of events ``0 .. count - 1`` (``count`` > 0)."""
         last = count - 1
         growing = self._growing
+        if count > growing.first and len(growing.body) >= FORK_SEAL_BYTES:
+            # Sealed now, the part is shared with this child and every later fork instead of copied for each.
+            self._seal()
+            growing = self._growing
         if count > growing.first:
             child._sealed, child._firsts = self._sealed, self._firsts
             child._growing = growing.copy_upto(count)

@@ -141,7 +141,7 @@ def problem_body(
         "type": problem_type(code),
         "title": spec.title,
         "status": spec.status if status is None else status,
-        "detail": without_share_tokens(detail),
+        "detail": without_share_tokens(detail, instance),
         "code": code.value,
         "instance": public_path(instance),
         "requestId": request_id if request_id is not None else new_request_id(),

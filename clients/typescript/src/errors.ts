@@ -173,6 +173,16 @@ export class RateLimitedError extends ForklogError {
   declare readonly problem: ProblemOf<"RateLimitedProblem">;
 }
 
+/** SHARE_NOT_FOUND: the share token leads nowhere (unknown, revoked, expired, or its session deleted). */
+export class ShareNotFoundError extends ForklogError {
+  declare readonly problem: ProblemOf<"ShareNotFoundProblem">;
+}
+
+/** SHARE_NOT_LIVE: only a live share streams. */
+export class ShareNotLiveError extends ForklogError {
+  declare readonly problem: ProblemOf<"ShareNotLiveProblem">;
+}
+
 const BY_CODE: Record<string, new (status: number, problem: Problem) => ForklogError> = {
   SESSION_NOT_FOUND: SessionNotFoundError,
   SESSION_ALREADY_EXISTS: SessionAlreadyExistsError,
@@ -199,6 +209,8 @@ const BY_CODE: Record<string, new (status: number, problem: Problem) => ForklogE
   INTERNAL: InternalError,
   QUOTA_EXCEEDED: QuotaExceededError,
   RATE_LIMITED: RateLimitedError,
+  SHARE_NOT_FOUND: ShareNotFoundError,
+  SHARE_NOT_LIVE: ShareNotLiveError,
 };
 
 /** The error of a problem answer: its code's class, or ForklogError for a code not known here. */

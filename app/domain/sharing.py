@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from app.domain.dsh_records import loads_stored
-from app.domain.jsonvalue import dumps
+import orjson
+
+from app.domain.dsh_records import loads_stored, may_round_trip_lossily
+from app.domain.jsonvalue import dumps, nests_too_deep
 from app.domain.limits import BadLimit, parse_duration_ms
 
 __all__ = [
@@ -129,15 +131,31 @@ def parse_redactions(value: Any) -> frozenset[Redaction]:
 _REDACTED_CONTENT: list[dict[str, Any]] = [{"type": "text", "text": REDACTED}]
 
 
-def _redacted_block(block: Any, redact: frozenset[Redaction]) -> Any:
+@dataclass(frozen=True, slots=True)
+class _Hiding:
+    """What a redaction hides of events, decided once for a whole batch (an enum's hash is a Python call)."""
+
+    reasoning: bool
+    tools: bool
+
+    @classmethod
+    def of(cls, redact: frozenset[Redaction]) -> _Hiding:
+        return cls(Redaction.REASONING in redact, Redaction.TOOLS in redact)
+
+    @property
+    def anything(self) -> bool:
+        return self.reasoning or self.tools
+
+
+def _redacted_block(block: Any, hide: _Hiding) -> Any:
     """A content block of a message (or a chunk's finished block) as a reader of the share sees it."""
     if not isinstance(block, dict):
         return block
     kind = block.get("type")
-    if kind == "reasoning" and Redaction.REASONING in redact:
+    if kind == "reasoning" and hide.reasoning:
         # Only the type stays: a signature or provider data may encode the reasoning itself.
         return {"type": "reasoning", "text": REDACTED}
-    if Redaction.TOOLS in redact:
+    if hide.tools:
         if kind == "tool-call" and "arguments" in block:
             return {**block, "arguments": REDACTED}
         if kind == "tool-result":
@@ -145,24 +163,48 @@ def _redacted_block(block: Any, redact: frozenset[Redaction]) -> Any:
     return block
 
 
+def _message(message: Any, hide: _Hiding) -> Any:
+    if not hide.anything or not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        return message
+    return {**message, "content": [_redacted_block(block, hide) for block in message["content"]]}
+
+
 def redact_message(message: Any, redact: frozenset[Redaction]) -> Any:
     """A message (of a surface event, or of the model history) with its redacted blocks replaced."""
-    if not redact or not isinstance(message, dict) or not isinstance(message.get("content"), list):
-        return message
-    return {**message, "content": [_redacted_block(block, redact) for block in message["content"]]}
+    return _message(message, _Hiding.of(redact))
 
 
-def _redacted_chunk(chunk: Any, redact: frozenset[Redaction]) -> Any:
+def _redacted_chunk(chunk: Any, hide: _Hiding) -> Any:
     if not isinstance(chunk, dict):
         return chunk
     kind = chunk.get("type")
-    if kind == "reasoning-delta" and Redaction.REASONING in redact:
+    if kind == "reasoning-delta" and hide.reasoning:
         return {**chunk, "text": REDACTED}
-    if kind == "tool-call-delta" and Redaction.TOOLS in redact and "argumentsDelta" in chunk:
+    if kind == "tool-call-delta" and hide.tools and "argumentsDelta" in chunk:
         return {**chunk, "argumentsDelta": REDACTED}
     if kind == "block-end" and "block" in chunk:
-        return {**chunk, "block": _redacted_block(chunk["block"], redact)}
+        return {**chunk, "block": _redacted_block(chunk["block"], hide)}
     return chunk
+
+
+def _event(event: Any, hide: _Hiding) -> Any:
+    if not hide.anything or not isinstance(event, dict) or not isinstance(event.get("data"), dict):
+        return event
+    kind, data = event.get("type"), event["data"]
+    if kind == "assistant/message" or kind == "tool/result":
+        changed = {**data, "message": _message(data["message"], hide)} if "message" in data else dict(data)
+        if kind == "tool/result" and hide.tools:
+            changed.pop("meta", None)
+            if isinstance(changed.get("content"), list):  # DSH's older tool/result shape: the content in data
+                changed["content"] = [dict(part) for part in _REDACTED_CONTENT]
+        return {**event, "data": changed}
+    if kind == "user/message":
+        return {**event, "data": _message(data, hide)}
+    if kind == "assistant/chunk" and "chunk" in data:
+        return {**event, "data": {**data, "chunk": _redacted_chunk(data["chunk"], hide)}}
+    if kind == "tool/call" and hide.tools and "arguments" in data:
+        return {**event, "data": {**data, "arguments": REDACTED}}
+    return event
 
 
 def redact_event(event: Any, redact: frozenset[Redaction]) -> Any:
@@ -172,40 +214,35 @@ def redact_event(event: Any, redact: frozenset[Redaction]) -> Any:
     ``tools``: a ``tool/call``'s and a tool-call block's ``arguments``, a tool-call delta's ``argumentsDelta`` are
     ``[redacted]``; a tool result's content is one text block ``[redacted]``, and the result's ``meta`` (diffs of
     what the tool changed) is left out. Every other member, and every other event, is as stored."""
-    if not redact or not isinstance(event, dict) or not isinstance(event.get("data"), dict):
-        return event
-    kind, data = event.get("type"), event["data"]
-    tools = Redaction.TOOLS in redact
-    if kind == "assistant/message" or kind == "tool/result":
-        changed = {**data, "message": redact_message(data["message"], redact)} if "message" in data else dict(data)
-        if kind == "tool/result" and tools:
-            changed.pop("meta", None)
-            if isinstance(changed.get("content"), list):  # DSH's older tool/result shape: the content in data
-                changed["content"] = [dict(part) for part in _REDACTED_CONTENT]
-        return {**event, "data": changed}
-    if kind == "user/message":
-        return {**event, "data": redact_message(data, redact)}
-    if kind == "assistant/chunk" and "chunk" in data:
-        return {**event, "data": {**data, "chunk": _redacted_chunk(data["chunk"], redact)}}
-    if kind == "tool/call" and tools and "arguments" in data:
-        return {**event, "data": {**data, "arguments": REDACTED}}
-    return event
+    return _event(event, _Hiding.of(redact))
+
+
+# Only these types hold what a redaction hides: any other line is passed on as stored, unparsed.
+_HIDING_TYPES = (b'"assistant/message"', b'"tool/result"', b'"user/message"', b'"assistant/chunk"', b'"tool/call"')
+
+
+def _line(line: bytes, hide: _Hiding) -> bytes:
+    if not any(kind in line for kind in _HIDING_TYPES):
+        return line
+    # A stored line was checked when it came in (no duplicate key, no -0): orjson reads it exactly, unless it holds
+    # a number orjson would round or nests deeper than it reads.
+    event = loads_stored(line)[0] if may_round_trip_lossily(line) or nests_too_deep(line) else orjson.loads(line)
+    shown = _event(event, hide)
+    return line if shown is event else dumps(shown)
 
 
 def redact_line(line: bytes, redact: frozenset[Redaction]) -> bytes:
     """One stored event line (no newline) as :func:`redact_event` shows it; the line itself when nothing changes."""
-    if not (redact & {Redaction.REASONING, Redaction.TOOLS}):
-        return line
-    event, _ = loads_stored(line)
-    shown = redact_event(event, redact)
-    return line if shown is event else dumps(shown)
+    hide = _Hiding.of(redact)
+    return _line(line, hide) if hide.anything else line
 
 
 def redact_lines(lines: bytes, redact: frozenset[Redaction]) -> bytes:
     """Stored JSONL lines (each with its newline) as a reader of the share sees them."""
-    if not (redact & {Redaction.REASONING, Redaction.TOOLS}) or not lines:
+    hide = _Hiding.of(redact)
+    if not hide.anything or not lines:
         return lines
-    return b"".join(redact_line(line, redact) + b"\n" for line in lines.splitlines())
+    return b"".join([_line(line, hide) + b"\n" for line in lines.splitlines()])
 
 
 def redaction_names(redact: Iterable[Redaction]) -> list[str]:

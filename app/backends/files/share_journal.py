@@ -129,6 +129,7 @@ class ShareJournal:
     def _append(self, item: dict[str, Any]) -> None:
         """Append one change and sync it (OSError if the disk refuses: then the change is not made)."""
         with self._lock:
+            made = self._ops.kind(self._path) == FileKind.MISSING
             fd = self._ops.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             try:
                 self._ops.write_all(fd, orjson.dumps(item) + b"\n")
@@ -136,6 +137,8 @@ class ShareJournal:
                     self._ops.fdatasync(fd)
             finally:
                 self._ops.close(fd)
+            if made and self._sync:  # a new file is durable once its folder's entry is
+                self._ops.fsync_dir(self._path.parent)
 
     # -- changes (each in a worker thread: they wait for the disk) --------------------------------------------------
 

@@ -231,6 +231,7 @@ class Shares:
             lines, count = await self._reads.read(
                 view.session.key, start, limit, wait_ms=wait_ms, allowed=self._still_holds(view.share)
             )
+            await self.open(token)  # after a wait: still this share, and still this incarnation of its session
         else:
             count = view.count
             stop = min(count, start + limit)

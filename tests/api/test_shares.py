@@ -124,6 +124,7 @@ def test_a_frozen_share_shows_the_session_up_to_its_turn_end_and_never_past_it(
     token = share(client, keys, upTo=8)["token"]
     shown = client.get(f"/shared/{token}")
     assert shown.status_code == 200, shown.text
+    assert shown.headers["cache-control"] == "no-store"  # a revoke is in force at the next read, through any cache
     session = shown.json()
     assert not {"id", "instance", "parentSession"} & set(session)
     assert session["eventCount"] == 9 and session["lastTurnEndSeq"] == 8 and session["lastEventType"] == "turn/end"
@@ -254,7 +255,7 @@ def test_the_token_is_in_no_log_line_metric_trace_or_problem(
     provider.add_span_processor(SimpleSpanProcessor(exported))
     settings: dict[str, Any] = {"database_url": request.getfixturevalue("forklog_db")} if store == "postgres" else {}
     app = create_app(
-        Settings(data_dir=data_dir, fsync=False, keys_file=keys.path, share_rate="1:3", **settings),
+        Settings(data_dir=data_dir, fsync=False, keys_file=keys.path, share_rate="0.01:3", **settings),
         tracer_provider=provider,
     )
     with caplog.at_level(logging.INFO), TestClient(app, base_url=LOCAL) as client:
@@ -286,7 +287,7 @@ def test_the_token_is_in_no_log_line_metric_trace_or_problem(
 
 
 def test_share_reads_are_rated_per_address(keyed: Callable[..., TestClient], keys: Keys) -> None:
-    client = keyed(share_rate="1:2")
+    client = keyed(share_rate="0.01:2")
     demo(client, keys)
     token = share(client, keys)["token"]
     assert client.get(f"/shared/{token}").status_code == 200

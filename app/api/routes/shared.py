@@ -53,6 +53,13 @@ def shared_session_json(view: SharedView) -> dict[str, Any]:
     return resource
 
 
+def _answer(content: bytes, status: int = 200) -> Response:
+    """A share's answer: never kept by a cache on the way (a revoke must be in force at the next read)."""
+    response = json_response(content, status)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
 def _token(request: Request) -> str:
     token: str = request.path_params["token"]
     return token
@@ -65,7 +72,7 @@ def _token(request: Request) -> str:
 )
 async def get_shared(request: Request) -> Response:
     view = await service_of(request).shares.open(_token(request))
-    return json_response(orjson.dumps(shared_session_json(view)))
+    return _answer(orjson.dumps(shared_session_json(view)))
 
 
 @router.declare(
@@ -80,7 +87,7 @@ async def read_shared_events(request: Request) -> Response:
         _token(request), start, query["limit"], wait_ms=query["waitMs"]
     )
     next_seq = start + lines.count(b"\n")
-    return json_response(b'{"events":' + json_array(lines) + b',"nextSeq":%d,"eventCount":%d}' % (next_seq, count))
+    return _answer(b'{"events":' + json_array(lines) + b',"nextSeq":%d,"eventCount":%d}' % (next_seq, count))
 
 
 @router.declare(
@@ -90,7 +97,7 @@ async def read_shared_events(request: Request) -> Response:
 )
 async def read_shared_history(request: Request) -> Response:
     messages, count = await service_of(request).shares.history(_token(request))
-    return json_response(dumps({"messages": messages, "eventCount": count}))
+    return _answer(dumps({"messages": messages, "eventCount": count}))
 
 
 @router.declare(

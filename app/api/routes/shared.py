@@ -132,7 +132,7 @@ def _ping() -> ServerSentEvent:
         "/shared/{token}/fork",
         Scope.WRITE,
         body=SHARED_FORK,
-        refusals=(*_SHARED, ErrorCode.NOT_AT_TURN_BOUNDARY, ErrorCode.INVALID_SEED, ErrorCode.QUOTA_EXCEEDED),
+        refusals=(*_SHARED, ErrorCode.NOT_AT_TURN_BOUNDARY, ErrorCode.QUOTA_EXCEEDED),
         created=True,
         tag="sharing",
     ),

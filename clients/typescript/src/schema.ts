@@ -585,11 +585,6 @@ export interface components {
          */
         ForkSession503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
         /**
-         * ForkShared422Problem
-         * @description a problem fork_shared answers with status 422
-         */
-        ForkShared422Problem: components["schemas"]["InvalidSeedProblem"] | components["schemas"]["InvalidRequestProblem"];
-        /**
          * ForkShared429Problem
          * @description a problem fork_shared answers with status 429
          */
@@ -4543,13 +4538,13 @@ export interface operations {
                     "application/problem+json": components["schemas"]["UnsupportedMediaTypeProblem"];
                 };
             };
-            /** @description INVALID_SEED: Invalid seed; INVALID_REQUEST: Invalid request */
+            /** @description INVALID_REQUEST: Invalid request */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ForkShared422Problem"];
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
                 };
             };
             /** @description QUOTA_EXCEEDED: Quota exceeded; RATE_LIMITED: Rate limited */

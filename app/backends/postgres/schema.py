@@ -201,9 +201,10 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE forklog_sessions
         ALTER COLUMN changed_at SET DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
     """,
-    # 9: read-only share links (spec 18), by the SHA-256 of their token (never the token), and by session.
+    # 9: read-only share links (spec 18), by the SHA-256 of their token (never the token), and by session (IF NOT
+    # EXISTS: a database set back to an older version by hand keeps the table, and its upgrade goes through).
     """
-    CREATE TABLE forklog_shares (
+    CREATE TABLE IF NOT EXISTS forklog_shares (
         digest text PRIMARY KEY,
         id text NOT NULL,
         tenant text COLLATE "C" NOT NULL,
@@ -214,7 +215,7 @@ MIGRATIONS: tuple[str, ...] = (
         created_at bigint NOT NULL,
         expires_at bigint NOT NULL
     );
-    CREATE UNIQUE INDEX forklog_shares_session ON forklog_shares (tenant, session_id, id);
+    CREATE UNIQUE INDEX IF NOT EXISTS forklog_shares_session ON forklog_shares (tenant, session_id, id);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -21,7 +21,7 @@ from app.api.settings import Settings
 from app.backends.postgres import PostgresBackend, state_fill
 from app.backends.postgres.chains import ChainCache
 from app.backends.postgres.pool import Connection
-from app.backends.postgres.schema import SCHEMA_VERSION
+from app.backends.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 from app.domain.clock import wall_clock_ms
 from app.domain.session import DEFAULT_TENANT, SessionKey
 from tests.api.helpers import append, assert_problem, create, fork, get_session, wait_ready
@@ -52,6 +52,9 @@ ADDED_BY_VERSION = {
     7: "SELECT 1",  # search's rows emptied: nothing to undo (an older version's rows are refilled anyway)
     8: "ALTER TABLE forklog_sessions DROP COLUMN changed_at",
 }
+# Spec 18's share links, found by name (the lead renumbers migrations when branches add them).
+SHARES_VERSION = next(version for version, ddl in enumerate(MIGRATIONS, 1) if "forklog_shares (" in ddl)
+ADDED_BY_VERSION[SHARES_VERSION] = "DROP TABLE forklog_shares"
 
 
 async def as_version_left_it(url: str, version: int) -> None:

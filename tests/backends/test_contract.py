@@ -24,6 +24,7 @@ from app.domain.ids import new_instance
 from app.domain.listing import ListQuery, PageRequest
 from app.domain.log import seed_log
 from app.domain.session import DEFAULT_TENANT, Session, SessionHeader, SessionKey, head_of
+from app.domain.sharing import Redaction, ShareRecord, token_digest
 from app.domain.staging import StagedEvents, replace_targets
 from app.domain.staging_rules import stage
 from tests.backends.conftest import BackendFactory
@@ -656,3 +657,70 @@ async def test_a_record_outlives_the_deletion_of_its_session_until_it_is_forgott
     if make_backend.durable:
         backend = await make_backend.reopen(backend)
     assert await backend.recall(DEFAULT_TENANT, "made") is None
+
+
+# -- share links (spec 18) --------------------------------------------------------------------------------------------
+
+
+def a_share(backend_key: SessionKey, instance: str, share_id: str, *, up_to: int | None = 7) -> ShareRecord:
+    return ShareRecord(
+        id=share_id,
+        tenant=backend_key.tenant,
+        session_id=backend_key.id,
+        instance=instance,
+        digest=token_digest(f"token of {backend_key.tenant}/{share_id}"),
+        up_to=up_to,
+        redact=frozenset({Redaction.TOOLS, Redaction.CWD}),
+        created_at=NOW,
+        expires_at=wall_clock_ms() + 3_600_000,  # (a start drops the expired ones)
+    )
+
+
+async def test_shares_are_found_by_their_digest_listed_by_session_and_revoked(make_backend: BackendFactory) -> None:
+    backend = await make_backend.open()
+    await create(backend, "src", turn(1))
+    await create(backend, "src", turn(1), tenant="other")
+    mine = await backend.find(key("src"))
+    theirs = await backend.find(key("src", "other"))
+    assert mine is not None and theirs is not None
+    first = a_share(key("src"), mine.header.instance, "share-0000000000000001")
+    live = a_share(key("src"), mine.header.instance, "share-0000000000000002", up_to=None)
+    other = a_share(key("src", "other"), theirs.header.instance, "share-0000000000000001")
+    for share in (first, live, other):
+        await backend.add_share(share)
+    if make_backend.durable:
+        backend = await make_backend.reopen(backend)
+
+    assert await backend.share_by_digest(first.digest) == first
+    assert await backend.share_by_digest(live.digest) == live
+    assert await backend.share_by_digest("0" * 64) is None
+    assert await backend.shares_of(key("src")) == [first, live]
+    assert await backend.shares_of(key("src", "other")) == [other]  # tenants never meet
+
+    assert await backend.revoke_share(key("src"), first.id)
+    assert not await backend.revoke_share(key("src"), first.id)
+    assert await backend.share_by_digest(first.digest) is None
+    assert await backend.shares_of(key("src", "other")) == [other]
+    if make_backend.durable:
+        backend = await make_backend.reopen(backend)
+    assert await backend.share_by_digest(first.digest) is None
+    assert await backend.shares_of(key("src")) == [live]
+
+
+async def test_a_delete_drops_the_sessions_shares_and_no_other(make_backend: BackendFactory) -> None:
+    backend = await make_backend.open()
+    await create(backend, "src", turn(1))
+    await create(backend, "kid", turn(1))
+    source, kid = await backend.find(key("src")), await backend.find(key("kid"))
+    assert source is not None and kid is not None
+    gone = a_share(key("src"), source.header.instance, "share-00000000000000aa")
+    kept = a_share(key("kid"), kid.header.instance, "share-00000000000000bb")
+    await backend.add_share(gone)
+    await backend.add_share(kept)
+    await backend.delete(key("src"))
+    assert await backend.share_by_digest(gone.digest) is None
+    assert await backend.shares_of(key("src")) == []
+    if make_backend.durable:
+        backend = await make_backend.reopen(backend)
+    assert await backend.share_by_digest(gone.digest) is None
+    assert await backend.share_by_digest(kept.digest) == kept

@@ -37,7 +37,7 @@ def module_proxy(server: Server) -> Iterator[FaultProxy]:
     running.stop()
 
 
-@pytest.mark.parametrize("suite", ["retry.test.mjs", "client.test.mjs"])
+@pytest.mark.parametrize("suite", ["retry.test.mjs", "client.test.mjs", "shares.test.mjs"])
 def test_the_node_suite_passes(package: Path, server: Server, module_proxy: FaultProxy, suite: str) -> None:
     env = {"FORKLOG_SERVER": server.base, "FORKLOG_PROXY": module_proxy.base, "NODE_NO_WARNINGS": "1"}
 
@@ -72,7 +72,9 @@ def test_the_build_is_strict_and_emits_es_modules_with_declarations(package: Pat
     assert manifest["type"] == "module" and manifest["exports"]["."]["types"] == "./dist/index.d.ts"
     assert (package / "dist" / "index.d.ts").exists()
     assert re.search(
-        r"^export \{ Forklog, Sessions \} from \"./client.js\";$", (package / "dist" / "index.js").read_text(), re.M
+        r"^export \{ Forklog, Sessions, Shared \} from \"./client.js\";$",
+        (package / "dist" / "index.js").read_text(),
+        re.M,
     )
 
 

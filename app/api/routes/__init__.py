@@ -2,7 +2,20 @@
 
 from fastapi import APIRouter
 
-from app.api.routes import docs, events, forks, health, history, lineage, metrics, sessions, stream, turns
+from app.api.routes import (
+    docs,
+    events,
+    forks,
+    health,
+    history,
+    lineage,
+    metrics,
+    sessions,
+    shared,
+    shares,
+    stream,
+    turns,
+)
 
 __all__ = ["routers"]
 
@@ -14,6 +27,8 @@ routers: tuple[APIRouter, ...] = (
     history.router,
     lineage.router,
     forks.router,
+    shares.router,
+    shared.router,
     health.router,
     metrics.router,
     docs.router,

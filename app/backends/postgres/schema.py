@@ -42,6 +42,9 @@ Tables (every name starts with ``forklog_``):
 ``sessions.archived`` says whether the session is archived (spec 17): never cached by a replica but in the tip an
 append checks, which the append's own statement confirms (a moved flag is a stale tip, read again).
 
+- ``shares``: the read-only share links of spec 18 (version 9), keyed by their token's SHA-256; a session's delete
+  drops its shares in the same statement.
+
 ``sessions.bytes`` (version 3) is the session's log as ``export`` writes it, header line included, or NULL where it
 is not known yet (see :mod:`app.backends.postgres.quotas`).
 """
@@ -242,6 +245,22 @@ MIGRATIONS: tuple[str, ...] = (
     # every replica reads it from the database (the default serves the creates of an older replica meanwhile).
     """
     ALTER TABLE forklog_sessions ADD COLUMN IF NOT EXISTS archived boolean NOT NULL DEFAULT false;
+    """,
+    # 12: read-only share links (spec 18), by the SHA-256 of their token (never the token), and by session (IF NOT
+    # EXISTS: a database set back to an older version by hand keeps the table, and its upgrade goes through).
+    """
+    CREATE TABLE IF NOT EXISTS forklog_shares (
+        digest text PRIMARY KEY,
+        id text NOT NULL,
+        tenant text COLLATE "C" NOT NULL,
+        session_id text COLLATE "C" NOT NULL,
+        instance text NOT NULL,
+        up_to bigint,
+        redact text[] NOT NULL,
+        created_at bigint NOT NULL,
+        expires_at bigint NOT NULL
+    );
+    CREATE UNIQUE INDEX IF NOT EXISTS forklog_shares_session ON forklog_shares (tenant, session_id, id);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -40,6 +40,8 @@ __all__ = [
     "SessionCorruptError",
     "SessionNotFoundError",
     "SessionNotLiveError",
+    "ShareNotFoundError",
+    "ShareNotLiveError",
     "StorageUnavailableError",
     "UnauthenticatedError",
     "UnsupportedMediaTypeError",
@@ -173,6 +175,14 @@ class NotInTurnError(ForklogError):
     """409 NOT_IN_TURN: an interrupt of a session with no open turn (``lastTurnEndSeq``)."""
 
 
+class ShareNotFoundError(ForklogError):
+    """404 SHARE_NOT_FOUND: the share token leads nowhere (unknown, revoked, expired, or its session deleted)."""
+
+
+class ShareNotLiveError(ForklogError):
+    """409 SHARE_NOT_LIVE: only a live share streams; this one is frozen at a turn/end."""
+
+
 _BY_CODE: dict[str, type[ForklogError]] = {
     "SESSION_NOT_FOUND": SessionNotFoundError,
     "SESSION_ALREADY_EXISTS": SessionAlreadyExistsError,
@@ -200,6 +210,8 @@ _BY_CODE: dict[str, type[ForklogError]] = {
     "QUOTA_EXCEEDED": QuotaExceededError,
     "RATE_LIMITED": RateLimitedError,
     "NOT_IN_TURN": NotInTurnError,
+    "SHARE_NOT_FOUND": ShareNotFoundError,
+    "SHARE_NOT_LIVE": ShareNotLiveError,
 }
 
 

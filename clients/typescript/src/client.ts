@@ -3,7 +3,7 @@
 // its own loop (tail.ts).
 import { ConnectionError, type ForklogError, type Problem, errorFor } from "./errors.js";
 import { answerWait, backoff, sleep } from "./retry.js";
-import { follow } from "./tail.js";
+import { follow, stream } from "./tail.js";
 import type {
   AppendOptions,
   Appended,
@@ -20,6 +20,10 @@ import type {
   LogOptions,
   NewEvent,
   Session,
+  Share,
+  ShareCreated,
+  ShareOptions,
+  SharedSession,
   Snapshot,
   SnapshotOptions,
   TailOptions,
@@ -40,6 +44,8 @@ export interface Call {
   idempotencyKey?: string;
   goneIsDone?: boolean;
   accept?: string;
+  /** The code of that 404: SESSION_NOT_FOUND unless said. */
+  goneCode?: string;
 }
 
 const LOG_MEDIA_TYPES = { none: "application/x-ndjson", zstd: "application/zstd" } as const;
@@ -58,6 +64,10 @@ export function newKey(): string {
 
 export function sessionPath(id: string, ...rest: string[]): string {
   return ["/sessions", encodeURIComponent(id), ...rest].join("/");
+}
+
+export function sharedPath(token: string, ...rest: string[]): string {
+  return ["/shared", encodeURIComponent(token), ...rest].join("/");
 }
 
 export function problemOf(status: number, text: string): Problem {
@@ -87,6 +97,11 @@ export class Forklog {
     this.maxRetries = options.maxRetries ?? 2;
     this.fetch = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
     this.sessions = new Sessions(this);
+  }
+
+  /** The share link `token` (spec 18): `get`, `events`, `history`, `tail` with no key; `fork` with a write key. */
+  shared(token: string): Shared {
+    return new Shared(this, token);
   }
 
   /** @internal */
@@ -144,7 +159,7 @@ export class Forklog {
         return (text ? JSON.parse(text) : undefined) as T;
       }
       const problem = problemOf(status, text);
-      if (call.goneIsDone && retry > 0 && status === 404 && problem.code === "SESSION_NOT_FOUND") {
+      if (call.goneIsDone && retry > 0 && status === 404 && problem.code === (call.goneCode ?? "SESSION_NOT_FOUND")) {
         return undefined as T;
       }
       const wait = retry < this.maxRetries ? answerWait(status, headers, problem, retry) : undefined;
@@ -283,5 +298,72 @@ export class Sessions {
   lineage(id: string): Promise<Lineage> {
     return this.client.send({ method: "GET", path: sessionPath(id, "lineage") });
   }
+
+  /**
+   * A new read-only link to the session; its `token` and `url` are shown this once. Needs a key with the share
+   * (or admin) scope.
+   */
+  share(id: string, options: ShareOptions = {}): Promise<ShareCreated> {
+    const { upTo, expiresIn, redact } = options;
+    return this.client.send({ method: "POST", path: sessionPath(id, "shares"), body: bodyOf({ upTo, expiresIn, redact }) });
+  }
+
+  /** The session's links in force, oldest first (without their tokens). */
+  async shares(id: string): Promise<Share[]> {
+    const page = await this.client.send<{ items: Share[] }>({ method: "GET", path: sessionPath(id, "shares") });
+    return page.items;
+  }
+
+  /** Revoke a link: it leads nowhere from now on, and its open streams end. */
+  async unshare(id: string, shareId: string): Promise<void> {
+    await this.client.send<undefined>({
+      method: "DELETE",
+      path: sessionPath(id, "shares", encodeURIComponent(shareId)),
+      goneIsDone: true,
+      goneCode: "SHARE_NOT_FOUND",
+    });
+  }
 }
 
+/** A share link read by its token (spec 18). */
+export class Shared {
+  constructor(
+    private readonly client: Forklog,
+    readonly token: string,
+  ) {}
+
+  /** The shared session as the link shows it. */
+  get(): Promise<SharedSession> {
+    return this.client.send({ method: "GET", path: sharedPath(this.token) });
+  }
+
+  /** The shared events (redacted as shared), every page. */
+  async *events(options: EventsOptions = {}): AsyncGenerator<Event, void, undefined> {
+    const { pageSize = 1000 } = options;
+    let position = options.fromSeq ?? 0;
+    for (;;) {
+      const page = await this.client.send<{ events: Event[]; nextSeq: number; eventCount: number }>({
+        method: "GET",
+        path: sharedPath(this.token, "events"),
+        query: { from: position, limit: pageSize },
+      });
+      yield* page.events;
+      if (page.events.length === 0 || page.nextSeq >= page.eventCount) return;
+      position = page.nextSeq;
+    }
+  }
+
+  history(): Promise<History> {
+    return this.client.send({ method: "GET", path: sharedPath(this.token, "history") });
+  }
+
+  /** A live share's events from `fromSeq` on, across disconnects, until the link is revoked or expires. */
+  tail(options: TailOptions = {}): AsyncGenerator<Event, void, undefined> {
+    return stream(this.client, sharedPath(this.token, "events", "stream"), {}, options);
+  }
+
+  /** Continue the shared part in a new session of the key's own tenant (`origin: "share"`, no parent). */
+  fork(): Promise<Session> {
+    return this.client.send({ method: "POST", path: sharedPath(this.token, "fork"), body: "{}" });
+  }
+}

@@ -178,6 +178,16 @@ export class NotInTurnError extends ForklogError {
   declare readonly problem: ProblemOf<"NotInTurnProblem">;
 }
 
+/** SHARE_NOT_FOUND: the share token leads nowhere (unknown, revoked, expired, or its session deleted). */
+export class ShareNotFoundError extends ForklogError {
+  declare readonly problem: ProblemOf<"ShareNotFoundProblem">;
+}
+
+/** SHARE_NOT_LIVE: only a live share streams. */
+export class ShareNotLiveError extends ForklogError {
+  declare readonly problem: ProblemOf<"ShareNotLiveProblem">;
+}
+
 const BY_CODE: Record<string, new (status: number, problem: Problem) => ForklogError> = {
   SESSION_NOT_FOUND: SessionNotFoundError,
   SESSION_ALREADY_EXISTS: SessionAlreadyExistsError,
@@ -205,6 +215,8 @@ const BY_CODE: Record<string, new (status: number, problem: Problem) => ForklogE
   QUOTA_EXCEEDED: QuotaExceededError,
   RATE_LIMITED: RateLimitedError,
   NOT_IN_TURN: NotInTurnError,
+  SHARE_NOT_FOUND: ShareNotFoundError,
+  SHARE_NOT_LIVE: ShareNotLiveError,
 };
 
 /** The error of a problem answer: its code's class, or ForklogError for a code not known here. */

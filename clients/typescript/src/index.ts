@@ -7,7 +7,7 @@
 //
 // Every create, append and fork carries an Idempotency-Key reused by its retries, so a call that resolves took
 // effect exactly once; list and events follow every page; tail follows the session live across disconnects.
-export { Forklog, Sessions } from "./client.js";
+export { Forklog, Sessions, Shared } from "./client.js";
 export * from "./errors.js";
 export { type CoreEventType, isCoreEvent } from "./events.js";
 export type * from "./types.js";

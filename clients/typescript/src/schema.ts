@@ -178,6 +178,126 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sessions/{id}/shares": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The session's share links in force (without their tokens) */
+        get: operations["list_shares"];
+        put?: never;
+        /** Make a read-only share link of the session (its token is shown once) */
+        post: operations["create_share"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sessions/{id}/shares/{shareId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Revoke a share link: it leads nowhere from now on, and its open streams end */
+        delete: operations["revoke_share"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/shared/{token}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A shared session, as its share shows it (no key) */
+        get: operations["get_shared"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/shared/{token}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A page of a shared session's events, redacted as shared (no key) */
+        get: operations["read_shared_events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/shared/{token}/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The model history of a shared session, redacted as shared (no key) */
+        get: operations["read_shared_history"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/shared/{token}/events/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Follow a live share (server-sent events, redacted as shared; no key); it ends when the share does */
+        get: operations["stream_shared_events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/shared/{token}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Continue a share in a new session of the caller's tenant (redacted content stays redacted) */
+        post: operations["fork_shared"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -374,7 +494,7 @@ export interface components {
             /** @description how many of the first events came from the parent */
             seedLength?: number | null;
             /**
-             * @description how the session began: "subagent"
+             * @description how the session began: "subagent", or "share" (continued from a share link)
              * @enum {string|null}
              */
             origin?: "subagent" | null;
@@ -405,6 +525,16 @@ export interface components {
          * @description a problem create_session answers with status 503
          */
         CreateSession503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
+        /**
+         * CreateShare422Problem
+         * @description a problem create_share answers with status 422
+         */
+        CreateShare422Problem: components["schemas"]["InvalidBoundaryProblem"] | components["schemas"]["InvalidRequestProblem"];
+        /**
+         * CreateShare503Problem
+         * @description a problem create_share answers with status 503
+         */
+        CreateShare503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
         /**
          * DeleteSession503Problem
          * @description a problem delete_session answers with status 503
@@ -490,10 +620,25 @@ export interface components {
          */
         ForkSession503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
         /**
+         * ForkShared429Problem
+         * @description a problem fork_shared answers with status 429
+         */
+        ForkShared429Problem: components["schemas"]["QuotaExceededProblem"] | components["schemas"]["RateLimitedProblem"];
+        /**
+         * ForkShared503Problem
+         * @description a problem fork_shared answers with status 503
+         */
+        ForkShared503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"];
+        /**
          * GetSession503Problem
          * @description a problem get_session answers with status 503
          */
         GetSession503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
+        /**
+         * GetShared503Problem
+         * @description a problem get_shared answers with status 503
+         */
+        GetShared503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"];
         /**
          * HeadersTooLargeProblem
          * @description HEADERS_TOO_LARGE: Request headers too large
@@ -725,6 +870,11 @@ export interface components {
          * @description a problem list_sessions answers with status 503
          */
         ListSessions503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"];
+        /**
+         * ListShares503Problem
+         * @description a problem list_shares answers with status 503
+         */
+        ListShares503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
         /**
          * Message
          * @description a message of the model history, as user/message, assistant/message and tool/result carry it
@@ -1165,6 +1315,16 @@ export interface components {
          */
         ReadLog503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
         /**
+         * ReadSharedEvents503Problem
+         * @description a problem read_shared_events answers with status 503
+         */
+        ReadSharedEvents503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"];
+        /**
+         * ReadSharedHistory503Problem
+         * @description a problem read_shared_history answers with status 503
+         */
+        ReadSharedHistory503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"];
+        /**
          * Ready
          * @description Every tenant's counts and corrupt list to an admin key; its tenant's counts to another key; no key: status.
          */
@@ -1261,6 +1421,16 @@ export interface components {
             /** @description the request's id, as its X-Request-Id answer header gives it */
             requestId: string;
         };
+        /**
+         * RevokeShare404Problem
+         * @description a problem revoke_share answers with status 404
+         */
+        RevokeShare404Problem: components["schemas"]["SessionNotFoundProblem"] | components["schemas"]["ShareNotFoundProblem"];
+        /**
+         * RevokeShare503Problem
+         * @description a problem revoke_share answers with status 503
+         */
+        RevokeShare503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
         /**
          * SearchMatch
          * @description Where a search matched a session: the seq of the first user or assistant message holding the query's first
@@ -1640,7 +1810,7 @@ export interface components {
             parentSession: string | null;
             /** @description how many of the first events came from the parent */
             seedLength: number | null;
-            /** @description how the session began: "subagent" */
+            /** @description how the session began: "subagent", or "share" (continued from a share link) */
             origin: string | null;
             /** @description how deep in a chain of subagents the session is (0 for a top-level one) */
             delegationDepth: number;
@@ -1689,7 +1859,10 @@ export interface components {
             status: number;
             /** @description what happened and what to do next, for a person */
             detail: string;
-            /** @constant */
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             code: "SESSION_NOT_FOUND";
             /** @description the request's path */
             instance: string;
@@ -1731,7 +1904,7 @@ export interface components {
             parentSession: string | null;
             /** @description how many of the first events came from the parent */
             seedLength: number | null;
-            /** @description how the session began: "subagent" */
+            /** @description how the session began: "subagent", or "share" (continued from a share link) */
             origin: string | null;
             /** @description how deep in a chain of subagents the session is (0 for a top-level one) */
             delegationDepth: number;
@@ -1809,6 +1982,153 @@ export interface components {
             expectedSeq?: number | null;
             /** @description the session incarnation the client has seen; on a mismatch nothing is done */
             instance?: string | null;
+        };
+        /**
+         * ShareCreated
+         * @description A new share link: its token and its URL are shown this once (the store keeps only the token's SHA-256).
+         */
+        ShareCreated: {
+            id: string;
+            sessionId: string;
+            /** @description the turn/end seq the share is frozen at, or "live" */
+            upTo: number | "live";
+            /** @description when the link stops working (epoch ms) */
+            expiresAt: number;
+            /** @description what the link hides */
+            redact: ("reasoning" | "tools" | "cwd" | "meta")[];
+            createdAt: number;
+            /** @description the share's secret (256 random bits, URL-safe); shown once */
+            token: string;
+            /** @description the path that reads the share: /shared/{token} */
+            url: string;
+        };
+        /**
+         * ShareList
+         * @description The session's share links in force, oldest first (without their tokens).
+         */
+        ShareList: {
+            items: components["schemas"]["ShareOut"][];
+        };
+        /**
+         * ShareNotFoundProblem
+         * @description SHARE_NOT_FOUND: Share not found
+         */
+        ShareNotFoundProblem: {
+            /** @description a URI naming the code */
+            type: string;
+            title: string;
+            status: number;
+            /** @description what happened and what to do next, for a person */
+            detail: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            code: "SHARE_NOT_FOUND";
+            /** @description the request's path */
+            instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
+        };
+        /**
+         * ShareNotLiveProblem
+         * @description SHARE_NOT_LIVE: Share not live
+         */
+        ShareNotLiveProblem: {
+            /** @description a URI naming the code */
+            type: string;
+            title: string;
+            status: number;
+            /** @description what happened and what to do next, for a person */
+            detail: string;
+            /** @constant */
+            code: "SHARE_NOT_LIVE";
+            /** @description the request's path */
+            instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
+        };
+        /**
+         * ShareOut
+         * @description A read-only share link of a session, without its token (shown once, when it is made).
+         */
+        ShareOut: {
+            id: string;
+            sessionId: string;
+            /** @description the turn/end seq the share is frozen at, or "live" */
+            upTo: number | "live";
+            /** @description when the link stops working (epoch ms) */
+            expiresAt: number;
+            /** @description what the link hides */
+            redact: ("reasoning" | "tools" | "cwd" | "meta")[];
+            createdAt: number;
+        };
+        /**
+         * ShareRequest
+         * @description POST /sessions/{id}/shares (the body may be empty): a read-only link to the session (spec 18)
+         */
+        ShareRequest: {
+            /** @description "head" (the default: frozen at the last turn/end now), a turn/end seq to freeze it at, or "live" (follows the session as it grows) */
+            upTo?: (("head" | "live") | number) | null;
+            /**
+             * @description how long the link works, an ISO 8601 duration (default P30D, at most P365D)
+             * @example P30D
+             * @example PT12H
+             */
+            expiresIn?: string | null;
+            /** @description what the link hides: reasoning, tools (arguments and results), cwd, meta */
+            redact?: ("reasoning" | "tools" | "cwd" | "meta")[] | null;
+        };
+        /**
+         * SharedForkRequest
+         * @description POST /shared/{token}/fork (the body may be empty): it takes no member yet
+         */
+        SharedForkRequest: Record<string, never>;
+        /**
+         * SharedSession
+         * @description A shared session, as its share shows it: no id, instance or parentSession; its counts and last event those of what is shared; a redacted header member is null.
+         */
+        SharedSession: {
+            createdAt: number;
+            /** @description the working directory, an absolute path */
+            cwd: string | null;
+            /** @description how many of the first events came from the parent */
+            seedLength: number | null;
+            /** @description how the session began: "subagent", or "share" (continued from a share link) */
+            origin: string | null;
+            /** @description how deep in a chain of subagents the session is (0 for a top-level one) */
+            delegationDepth: number;
+            /** @description the agent preset the session runs with */
+            agentPreset: string | null;
+            /** @description whether the session is archived: hidden from lists and searches unless asked for */
+            archived: boolean;
+            /** @description the log's length: the seq of the next event */
+            eventCount: number;
+            lastEventType: string | null;
+            /** @description the open turn's number, or null */
+            openTurn: number | null;
+            /** @description the seq of the last turn/end, or null */
+            lastTurnEndSeq: number | null;
+            /** @description whether a fork without atSeq would pass the boundary rule now */
+            forkable: boolean;
+            /** @description the later of createdAt and the time of the last event (epoch ms) */
+            updatedAt: number;
+            /** @description data.title of the last session/title event, or null */
+            title: string | null;
+            /** @description the first user/message's text (its text blocks joined by a space, whitespace runs made one space, trimmed, at most 200 characters), or null */
+            preview: string | null;
+            /** @description the length in bytes of the session's log as export writes it */
+            bytes: number;
+            /** @description DSH's sessionStats fold of the whole log */
+            stats: components["schemas"]["SessionStats"];
+            /** @description token sums over every usage chunk of the log */
+            usage: {
+                [key: string]: number;
+            };
+            /** @description token sums over the usage chunks after the seed (seedLength) only */
+            ownUsage: {
+                [key: string]: number;
+            };
         };
         /**
          * SnapshotMeta
@@ -1921,6 +2241,11 @@ export interface components {
          * @description a problem stream_events answers with status 503
          */
         StreamEvents503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
+        /**
+         * StreamSharedEvents503Problem
+         * @description a problem stream_shared_events answers with status 503
+         */
+        StreamSharedEvents503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"];
         /**
          * SurfaceOp
          * @description how a surface event changes the model history: "append", or a replace
@@ -3938,6 +4263,906 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": components["schemas"]["ForkSession503Problem"];
+                };
+            };
+        };
+    };
+    list_shares: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the session id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ShareList"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request (a Host this service does not serve: without keys it serves only this machine) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description UNAUTHENTICATED: Unauthenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnauthenticatedProblem"];
+                };
+            };
+            /** @description FORBIDDEN: Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForbiddenProblem"];
+                };
+            };
+            /** @description SESSION_NOT_FOUND: Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["SessionNotFoundProblem"];
+                };
+            };
+            /** @description REQUEST_TIMEOUT: Request timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RequestTimeoutProblem"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE: Request headers too large */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["HeadersTooLargeProblem"];
+                };
+            };
+            /** @description INTERNAL: Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InternalProblem"];
+                };
+            };
+            /** @description NOT_READY: Not ready; STORAGE_UNAVAILABLE: Storage unavailable; SESSION_CORRUPT: Session corrupt */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ListShares503Problem"];
+                };
+            };
+        };
+    };
+    create_share: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the session id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ShareRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ShareCreated"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request (a Host this service does not serve: without keys it serves only this machine) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description UNAUTHENTICATED: Unauthenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnauthenticatedProblem"];
+                };
+            };
+            /** @description FORBIDDEN: Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForbiddenProblem"];
+                };
+            };
+            /** @description SESSION_NOT_FOUND: Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["SessionNotFoundProblem"];
+                };
+            };
+            /** @description REQUEST_TIMEOUT: Request timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RequestTimeoutProblem"];
+                };
+            };
+            /** @description NOT_AT_TURN_BOUNDARY: Not at a turn boundary */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["NotAtTurnBoundaryProblem"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE: Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["PayloadTooLargeProblem"];
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnsupportedMediaTypeProblem"];
+                };
+            };
+            /** @description INVALID_BOUNDARY: Invalid boundary; INVALID_REQUEST: Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["CreateShare422Problem"];
+                };
+            };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE: Request headers too large */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["HeadersTooLargeProblem"];
+                };
+            };
+            /** @description INTERNAL: Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InternalProblem"];
+                };
+            };
+            /** @description NOT_READY: Not ready; STORAGE_UNAVAILABLE: Storage unavailable; SESSION_CORRUPT: Session corrupt */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["CreateShare503Problem"];
+                };
+            };
+        };
+    };
+    revoke_share: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the session id */
+                id: string;
+                /** @description the share's id (from GET /sessions/{id}/shares) */
+                shareId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description INVALID_REQUEST: Invalid request (a Host this service does not serve: without keys it serves only this machine) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description UNAUTHENTICATED: Unauthenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnauthenticatedProblem"];
+                };
+            };
+            /** @description FORBIDDEN: Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForbiddenProblem"];
+                };
+            };
+            /** @description SESSION_NOT_FOUND: Session not found; SHARE_NOT_FOUND: Share not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RevokeShare404Problem"];
+                };
+            };
+            /** @description REQUEST_TIMEOUT: Request timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RequestTimeoutProblem"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE: Request headers too large */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["HeadersTooLargeProblem"];
+                };
+            };
+            /** @description INTERNAL: Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InternalProblem"];
+                };
+            };
+            /** @description NOT_READY: Not ready; STORAGE_UNAVAILABLE: Storage unavailable; SESSION_CORRUPT: Session corrupt */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RevokeShare503Problem"];
+                };
+            };
+        };
+    };
+    get_shared: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the share's token (shown once, when the share was made) */
+                token: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SharedSession"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request (a Host this service does not serve: without keys it serves only this machine) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description SHARE_NOT_FOUND: Share not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ShareNotFoundProblem"];
+                };
+            };
+            /** @description REQUEST_TIMEOUT: Request timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RequestTimeoutProblem"];
+                };
+            };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE: Request headers too large */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["HeadersTooLargeProblem"];
+                };
+            };
+            /** @description INTERNAL: Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InternalProblem"];
+                };
+            };
+            /** @description NOT_READY: Not ready; STORAGE_UNAVAILABLE: Storage unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["GetShared503Problem"];
+                };
+            };
+        };
+    };
+    read_shared_events: {
+        parameters: {
+            query?: {
+                /** @description the first seq */
+                from?: number;
+                /** @description at most this many events */
+                limit?: number;
+                /** @description when no event at from or after is stored yet, wait up to this many ms for one (a long-poll) */
+                waitMs?: number;
+            };
+            header?: never;
+            path: {
+                /** @description the share's token (shown once, when the share was made) */
+                token: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EventsPage"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request (a Host this service does not serve: without keys it serves only this machine) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description SHARE_NOT_FOUND: Share not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ShareNotFoundProblem"];
+                };
+            };
+            /** @description REQUEST_TIMEOUT: Request timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RequestTimeoutProblem"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE: Request headers too large */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["HeadersTooLargeProblem"];
+                };
+            };
+            /** @description INTERNAL: Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InternalProblem"];
+                };
+            };
+            /** @description NOT_READY: Not ready; STORAGE_UNAVAILABLE: Storage unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ReadSharedEvents503Problem"];
+                };
+            };
+        };
+    };
+    read_shared_history: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the share's token (shown once, when the share was made) */
+                token: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["History"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request (a Host this service does not serve: without keys it serves only this machine) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description SHARE_NOT_FOUND: Share not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ShareNotFoundProblem"];
+                };
+            };
+            /** @description REQUEST_TIMEOUT: Request timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RequestTimeoutProblem"];
+                };
+            };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE: Request headers too large */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["HeadersTooLargeProblem"];
+                };
+            };
+            /** @description INTERNAL: Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InternalProblem"];
+                };
+            };
+            /** @description NOT_READY: Not ready; STORAGE_UNAVAILABLE: Storage unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ReadSharedHistory503Problem"];
+                };
+            };
+        };
+    };
+    stream_shared_events: {
+        parameters: {
+            query?: {
+                /** @description the first seq to send (a Last-Event-ID header wins) */
+                from?: number;
+            };
+            header?: {
+                /** @description the id of the last event received: the stream resumes after it (wins over from) */
+                "Last-Event-ID"?: string;
+            };
+            path: {
+                /** @description the share's token (shown once, when the share was made) */
+                token: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description server-sent events: id = seq, data = the event's JSON; event: deleted at the end */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request (a Host this service does not serve: without keys it serves only this machine) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description SHARE_NOT_FOUND: Share not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ShareNotFoundProblem"];
+                };
+            };
+            /** @description REQUEST_TIMEOUT: Request timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RequestTimeoutProblem"];
+                };
+            };
+            /** @description SHARE_NOT_LIVE: Share not live */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ShareNotLiveProblem"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE: Request headers too large */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["HeadersTooLargeProblem"];
+                };
+            };
+            /** @description INTERNAL: Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InternalProblem"];
+                };
+            };
+            /** @description NOT_READY: Not ready; STORAGE_UNAVAILABLE: Storage unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["StreamSharedEvents503Problem"];
+                };
+            };
+        };
+    };
+    fork_shared: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the share's token (shown once, when the share was made) */
+                token: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["SharedForkRequest"];
+            };
+        };
+        responses: {
+            /** @description created */
+            201: {
+                headers: {
+                    /** @description the new session's path: /sessions/{id} */
+                    Location: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionOut"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request (a Host this service does not serve: without keys it serves only this machine) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description UNAUTHENTICATED: Unauthenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnauthenticatedProblem"];
+                };
+            };
+            /** @description FORBIDDEN: Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForbiddenProblem"];
+                };
+            };
+            /** @description SHARE_NOT_FOUND: Share not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ShareNotFoundProblem"];
+                };
+            };
+            /** @description REQUEST_TIMEOUT: Request timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RequestTimeoutProblem"];
+                };
+            };
+            /** @description NOT_AT_TURN_BOUNDARY: Not at a turn boundary */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["NotAtTurnBoundaryProblem"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE: Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["PayloadTooLargeProblem"];
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnsupportedMediaTypeProblem"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description QUOTA_EXCEEDED: Quota exceeded; RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForkShared429Problem"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE: Request headers too large */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["HeadersTooLargeProblem"];
+                };
+            };
+            /** @description INTERNAL: Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InternalProblem"];
+                };
+            };
+            /** @description NOT_READY: Not ready; STORAGE_UNAVAILABLE: Storage unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForkShared503Problem"];
                 };
             };
         };

@@ -13,10 +13,22 @@ function ended(status: number, code: unknown): boolean {
   return status === 404 || (status === 409 && code === "SESSION_NOT_LIVE");
 }
 
+/** A session's tail: its instance pinned at the first connect. */
 export async function* follow(
   client: Forklog,
   sessions: Sessions,
   id: string,
+  options: TailOptions,
+): AsyncGenerator<Event, void, undefined> {
+  const { instance } = await sessions.get(id); // SessionNotFoundError here: it does not exist at the first connect
+  yield* stream(client, sessionPath(id, "events", "stream"), { instance }, options);
+}
+
+/** The stream at `path` (a session's, or a live share's), followed across disconnects until it is gone. */
+export async function* stream(
+  client: Forklog,
+  path: string,
+  query: Record<string, string | undefined>,
   options: TailOptions,
 ): AsyncGenerator<Event, void, undefined> {
   const { signal } = options;
@@ -28,8 +40,6 @@ export async function* follow(
     failures = 0;
     quietAttempts = 0;
   };
-  const { instance } = await sessions.get(id); // SessionNotFoundError here: it does not exist at the first connect
-  const path = sessionPath(id, "events", "stream");
 
   while (!signal?.aborted) {
     let wait: number | undefined;
@@ -46,7 +56,7 @@ export async function* follow(
       const headers: Record<string, string> = { Accept: "text/event-stream" };
       if (deliveredAny) headers["Last-Event-ID"] = String(nextSeq - 1);
       arm();
-      const response = await client.fetch(client.url(path, { from: nextSeq, instance }), {
+      const response = await client.fetch(client.url(path, { ...query, from: nextSeq }), {
         headers: client.headers(headers),
         signal: controller.signal,
       });

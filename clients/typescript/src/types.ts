@@ -26,6 +26,12 @@ export type CreateMeta = Schemas["CreateMeta"];
 export type SnapshotMeta = Schemas["SnapshotMeta"];
 /** DSH's `sessionStats` fold of a session's whole log (spec 17), a Session's `stats`. */
 export type SessionStats = Schemas["SessionStats"];
+/** A share link of a session (spec 18), without its token. */
+export type Share = Schemas["ShareOut"];
+/** A new share link: its `token` and `url` are shown this once. */
+export type ShareCreated = Schemas["ShareCreated"];
+/** A shared session, as its link shows it (no `id`, `instance` or `parentSession`). */
+export type SharedSession = Schemas["SharedSession"] & { [member: string]: unknown };
 
 export interface ForklogOptions {
   /** Where the service is: `http://127.0.0.1:8000`. */
@@ -116,4 +122,12 @@ export interface ForkOptions {
   expectedSeq?: number;
   events?: ReadonlyArray<NewEvent>;
   idempotencyKey?: string;
+}
+
+export interface ShareOptions {
+  /** "head" (the default: frozen at the last turn/end now), "live", or a turn/end seq. */
+  upTo?: "head" | "live" | number;
+  /** An ISO 8601 duration: P30D by default, at most P365D. */
+  expiresIn?: string;
+  redact?: ReadonlyArray<"reasoning" | "tools" | "cwd" | "meta">;
 }

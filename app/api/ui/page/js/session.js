@@ -6,6 +6,7 @@ import { ConversationView } from "./conversation.js";
 import { confirmDelete, editDialog, forkDialog } from "./dialogs.js";
 import { formatCount, formatTime, h, replaceChildren, sessionHref, sessionLink } from "./dom.js";
 import { EventsView } from "./events.js";
+import { LineageTree } from "./lineage_tree.js";
 import { LiveState, LiveTail } from "./live.js";
 import { Conversation, LogIndex } from "./model.js";
 import { problemBox } from "./problem.js";
@@ -164,9 +165,12 @@ export class SessionView {
     const childLinks = children.map((child) =>
       h("li", {}, sessionLink(child.id), h("span", { class: "muted" }, ` seed ${formatCount(child.seedLength ?? 0)} · ${formatCount(child.eventCount)} events`)),
     );
+    this.tree ??= new LineageTree();
+    this.tree.show(this.session, this.lineage);
     replaceChildren(
       this.lineageBox,
       h("h2", {}, "Lineage"),
+      this.tree.element,
       h(
         "p",
         {},

@@ -10,6 +10,7 @@ import { LineageTree } from "./lineage_tree.js";
 import { LiveState, LiveTail } from "./live.js";
 import { Conversation, LogIndex } from "./model.js";
 import { problemBox } from "./problem.js";
+import { ShareDialog } from "./share_dialog.js";
 
 const SCAN_PAGE = 10000; // the events route's largest page
 const LIVE_LABELS = {
@@ -56,6 +57,7 @@ export class SessionView {
     this.buildFrame();
     this.renderFacts();
     this.loadLineage();
+    this.offerSharing();
     this.conversationLoad = this.loadConversation();
     // A new key (or none) means a new stream URL: its ?access_token= is the key.
     this.unsubscribe = onKeyChange(() => this.tail?.start());
@@ -70,6 +72,7 @@ export class SessionView {
     this.facts = h("dl", { class: "facts" });
     this.forkButton = h("button", { type: "button", class: "primary", onclick: () => this.forkLatest() }, "Fork…");
     this.deleteButton = h("button", { type: "button", class: "danger", onclick: () => this.remove() }, "Delete…");
+    this.shareButton = h("button", { type: "button", class: "share", hidden: true, onclick: () => this.sharing.open() }, "Share…");
     this.actionProblem = h("div", { class: "action-problem" });
     this.lineageBox = h("section", { class: "lineage", "aria-label": "lineage" });
     this.conversationTab = h("a", { class: "tab", href: sessionHref(this.id) }, "Conversation");
@@ -91,7 +94,7 @@ export class SessionView {
         h("div", { class: "title-row" }, this.heading, this.liveBadge, this.reconnect),
         this.liveProblem,
         this.facts,
-        h("div", { class: "actions" }, this.forkButton, this.deleteButton),
+        h("div", { class: "actions" }, this.forkButton, this.shareButton, this.deleteButton),
         this.actionProblem,
       ),
       this.lineageBox,
@@ -186,6 +189,16 @@ export class SessionView {
       children.length ? h("ul", { class: "children" }, childLinks) : h("p", { class: "muted" }, "No children."),
       children.length ? h("p", {}, h("a", { href: `#/?parent=${encodeURIComponent(this.id)}&order=created` }, "List the children page by page")) : null,
     );
+  }
+
+  /** "Share…" shows where this key may share (spec 18: the `share` or `admin` scope). */
+  async offerSharing() {
+    this.sharing = new ShareDialog({
+      sessionId: this.id,
+      session: () => this.session,
+      turnEnds: () => (this.conversation?.boundaries ?? []).filter((boundary) => boundary.kind === "turn-end"),
+    });
+    this.shareButton.hidden = !(await this.sharing.allowed()) || this.disposed;
   }
 
   /** The history, the log's boundaries and surface ops (read in pages), then the live tail from the end. */

@@ -159,6 +159,7 @@ def create_app(
         cors_origins=settings.cors_origins,
         allowed_hosts=settings.allowed_hosts,
         keys=(lambda: keys.ring) if keys is not None else None,
+        share_rate=settings.share_rate_limit,
     )
     app.openapi = lambda: build_document(app)  # type: ignore[method-assign]
     return app

@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.backends.database_url import DatabaseTarget, InvalidDatabaseUrl
 from app.backends.open import StoreSettings
-from app.domain.limits import TenantLimits, parse_duration_ms
+from app.domain.limits import RateLimit, TenantLimits, parse_duration_ms, parse_rate_text
 
 __all__ = ["LogLevel", "Settings"]
 
@@ -74,6 +74,20 @@ class Settings(BaseSettings):
     retention: str | None = Field(
         None, description="without a keys file: an ISO 8601 duration (P30D, PT12H): sessions idle longer are deleted"
     )
+    share_rate: str = Field(
+        "10:50",
+        description="perSecond:burst: each client address's token bucket for reading share links (/shared/...)",
+    )
+
+    @field_validator("share_rate")
+    @classmethod
+    def _check_share_rate(cls, value: str) -> str:
+        parse_rate_text(value)  # BadLimit is a ValueError: the settings' message names it
+        return value
+
+    @property
+    def share_rate_limit(self) -> RateLimit:
+        return parse_rate_text(self.share_rate)
 
     @field_validator("retention")
     @classmethod

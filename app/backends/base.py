@@ -23,6 +23,7 @@ from app.domain.limits import TenantLimits
 from app.domain.listing import PageRequest
 from app.domain.log import SessionLog
 from app.domain.session import Session, SessionHeader, SessionKey
+from app.domain.sharing import ShareRecord
 from app.domain.staging import LogTip, StagedEvents
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ __all__ = [
     "Seed",
     "SeedLog",
     "SeedPrefix",
+    "ShareRecorder",
     "Tip",
     "Usage",
     "Verification",
@@ -210,9 +212,29 @@ class IdempotencyRecorder(Protocol):
         """Drop the records made before ``before`` (epoch ms); their changes stay."""
 
 
-class Backend(Reader, Writer, IdempotencyRecorder, Protocol):
+class ShareRecorder(Protocol):
+    """The read-only share links of spec 18, each kept with only its token's SHA-256, durably before it is
+    answered. A share belongs to one session incarnation: a delete of the session drops its shares (and a share
+    whose incarnation is no longer live is never handed out: :meth:`share_by_digest` may still return it, and the
+    service checks the session). Nothing here caches: every look is at the store as it is now, on every replica."""
+
+    async def add_share(self, share: ShareRecord) -> None:
+        """Keep ``share`` (durably: it is answered once this returns)."""
+
+    async def share_by_digest(self, digest: str) -> ShareRecord | None:
+        """The share whose token has this SHA-256 (64 hex digits), or None; looked up by the digest alone."""
+
+    async def shares_of(self, key: SessionKey) -> list[ShareRecord]:
+        """The shares of the session ``key`` (of any incarnation), oldest first."""
+
+    async def revoke_share(self, key: SessionKey, share_id: str) -> bool:
+        """Drop the share ``share_id`` of the session ``key``; whether there was one."""
+
+
+class Backend(Reader, Writer, IdempotencyRecorder, ShareRecorder, Protocol):
     """Where sessions live: a :class:`Reader` that a service also changes (its :class:`Writer`) and that keeps the
-    idempotency records of those changes (its :class:`IdempotencyRecorder`). All methods may raise
+    idempotency records of those changes (its :class:`IdempotencyRecorder`) and the share links of its sessions (its
+    :class:`ShareRecorder`). All methods may raise
     :class:`~app.backends.errors.StorageUnavailable`. What a backend provides beyond these it names in its
     :attr:`capabilities`, as objects, never as methods the service probes for."""
 

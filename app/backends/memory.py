@@ -15,9 +15,11 @@ from app.backends.catalog import Catalog, LiveSession
 from app.backends.catalog_reads import CatalogReads, readiness_of, starting_log
 from app.backends.errors import IdempotencyKeyTaken
 from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
+from app.backends.share_index import ShareIndex
 from app.domain.errors import SessionAlreadyExists
 from app.domain.log import SessionLog
 from app.domain.session import Session, SessionHeader, SessionKey
+from app.domain.sharing import ShareRecord
 from app.domain.staging import StagedEvents
 
 __all__ = ["IdempotencyRecords", "MemoryBackend"]
@@ -56,6 +58,7 @@ class MemoryBackend(CatalogReads):
     def __init__(self, clock: Callable[[], int]) -> None:
         self.catalog = Catalog(clock)
         self.remembered = IdempotencyRecords()
+        self.shares = ShareIndex()
         self.observer: StorageObserver = NO_STORAGE_OBSERVER  # nothing here is durable: never told of anything
 
     @functools.cached_property  # one object for the life of the backend, looked at on every fork and delete
@@ -96,6 +99,7 @@ class MemoryBackend(CatalogReads):
 
     async def delete(self, key: SessionKey) -> None:
         self.catalog.remove(key)
+        self.shares.drop_session(key)
 
     async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
         if self.catalog.get(key) is not None:
@@ -109,3 +113,17 @@ class MemoryBackend(CatalogReads):
 
     async def forget(self, before: int) -> None:
         self.remembered.forget(before)
+
+    # -- share links (spec 18) ---------------------------------------------------------------------------------------
+
+    async def add_share(self, share: ShareRecord) -> None:
+        self.shares.add(share)
+
+    async def share_by_digest(self, digest: str) -> ShareRecord | None:
+        return self.shares.by_digest(digest)
+
+    async def shares_of(self, key: SessionKey) -> list[ShareRecord]:
+        return self.shares.of_session(key)
+
+    async def revoke_share(self, key: SessionKey, share_id: str) -> bool:
+        return self.shares.remove(key, share_id) is not None

@@ -46,6 +46,7 @@ _OPTIONAL_MEMBERS = frozenset({"rateLimit"})
 class Scope(StrEnum):
     READ = "read"
     WRITE = "write"
+    SHARE = "share"  # making and revoking read-only share links (spec 18)
     ADMIN = "admin"
 
 
@@ -60,7 +61,8 @@ class ApiKey:
     rate_limit: RateLimit | None = None
 
     def allows(self, scope: Scope) -> bool:
-        return scope in self.scopes
+        # Spec 18: a share link is made by a key with the share scope, or by an admin key.
+        return scope in self.scopes or (scope is Scope.SHARE and Scope.ADMIN in self.scopes)
 
 
 class BadKeyLine(ConfigurationError, ValueError):

@@ -79,7 +79,7 @@ _CANONICAL_HEADER = re.compile(
     + rb"(?:,\"seedLength\":"
     + _COUNT
     + rb")?"
-    + rb'(?:,"origin":"(subagent)")?'
+    + rb'(?:,"origin":"(subagent|share)")?'
     + rb',"delegationDepth":'
     + _COUNT
     + rb"(?:,\"agentPreset\":"

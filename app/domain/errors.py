@@ -62,6 +62,8 @@ class ErrorCode(StrEnum):
     INTERNAL = "INTERNAL"
     QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
     RATE_LIMITED = "RATE_LIMITED"
+    SHARE_NOT_FOUND = "SHARE_NOT_FOUND"
+    SHARE_NOT_LIVE = "SHARE_NOT_LIVE"
 
 
 class ForklogError(Exception):

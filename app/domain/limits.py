@@ -27,6 +27,7 @@ __all__ = [
     "TokenBucket",
     "parse_duration_ms",
     "parse_rate_limit",
+    "parse_rate_text",
     "parse_tenant_limits",
     "quota_refusal",
 ]
@@ -90,6 +91,18 @@ def parse_rate_limit(value: Any) -> RateLimit:
     if not is_safe_integer(burst) or burst < 1:
         raise BadLimit("rateLimit.burst must be a whole number of at least 1")
     return RateLimit(float(rate), int(burst))
+
+
+def parse_rate_text(text: str) -> RateLimit:
+    """``perSecond:burst`` (``10:50``), as FORKLOG_SHARE_RATE writes a rate (spec 18)."""
+    per_second, colon, burst = text.strip().partition(":")
+    try:
+        limit = parse_rate_limit({"perSecond": float(per_second), "burst": float(burst)}) if colon else None
+    except ValueError:
+        limit = None
+    if limit is None:
+        raise BadLimit("must be perSecond:burst, such as 10:50 (perSecond more than 0, burst a whole number from 1)")
+    return limit
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,10 +98,11 @@ HEADER_FIELDS: tuple[HeaderField, ...] = (
         "origin",
         "origin",
         "string",
-        lambda value: value == "subagent",
-        '"subagent"',
+        # "share": continued from a read-only share link (spec 18), which only the service writes.
+        lambda value: value in ("subagent", "share"),
+        '"subagent" or "share"',
         lambda value, _: None if value == "subagent" else 'must be "subagent"',
-        'how the session began: "subagent"',
+        'how the session began: "subagent", or "share" (continued from a share link)',
     ),
     HeaderField(
         "delegationDepth",

@@ -46,6 +46,7 @@ from app.service.quotas import QuotaLedger
 from app.service.reads import Deleted, Lineage, SessionReads, TailEvents, find_live
 from app.service.retention import Retention, is_expired
 from app.service.search import Searcher
+from app.service.shares import Shares
 
 __all__ = [
     "Appended",
@@ -138,6 +139,16 @@ class SessionService:
             searcher=self.searcher,
         )
 
+        self.shares = Shares(
+            backend,
+            require_ready=self._require_ready,
+            reads=self.reads,
+            changes=self.changes,
+            retention=self.retention,
+            create_continued=lambda tenant, seed, lineage: self.create(tenant, None, seed, None, lineage=lineage),
+            clock=clock,
+        )
+
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -205,14 +216,16 @@ class SessionService:
         *,
         seed_breaks: dict[int, str] | None = None,
         change: IdempotentChange | None = None,
+        lineage: dict[str, Any] | None = None,
     ) -> Session:
         """A new session from ``seed`` with ``meta`` (its keys already checked): id taken, then meta, then seed.
-        ``change`` keeps its idempotency record with it."""
+        ``change`` keeps its idempotency record with it. ``lineage`` (header fields by attribute name) is the
+        service's own header for the session, in place of a client's ``meta`` (a share's continuation, spec 18)."""
         self._require_ready()
         if session_id is not None:
             check_id(session_id)
         key = SessionKey(tenant, session_id if session_id is not None else self._new_id())
-        created = await self._locks.run(key, lambda: self._create(key, seed, meta or {}, seed_breaks, change))
+        created = await self._locks.run(key, lambda: self._create(key, seed, meta or {}, seed_breaks, change, lineage))
         self.changes.changed(key)
         self.observer.created(tenant)
         return created
@@ -224,10 +237,11 @@ class SessionService:
         meta: dict[str, Any],
         breaks: dict[int, str] | None,
         change: IdempotentChange | None,
+        given: dict[str, Any] | None = None,
     ) -> Session:
         if await self.backend.find(key) is not None:
             raise SessionAlreadyExists(key.id)
-        lineage = check_meta(meta, len(seed) if seed is not None else 0)
+        lineage = check_meta(meta, len(seed) if seed is not None else 0) if given is None else given
         if seed is not None and len(seed) > SEED_EVENTS_CHECKED_INLINE:
             # A large seed is checked in a worker thread so that the event loop keeps serving meanwhile.
             log = await asyncio.to_thread(seed_log, seed, now=self._clock(), breaks=breaks)

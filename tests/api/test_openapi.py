@@ -35,9 +35,19 @@ OPERATIONS = {
     "healthz": ("get", "/healthz", "200"),
     "readyz": ("get", "/readyz", "200"),
     "metrics": ("get", "/metrics", "200"),
+    "create_share": ("post", "/sessions/{id}/shares", "201"),
+    "list_shares": ("get", "/sessions/{id}/shares", "200"),
+    "revoke_share": ("delete", "/sessions/{id}/shares/{shareId}", "204"),
+    "get_shared": ("get", "/shared/{token}", "200"),
+    "read_shared_events": ("get", "/shared/{token}/events", "200"),
+    "read_shared_history": ("get", "/shared/{token}/history", "200"),
+    "stream_shared_events": ("get", "/shared/{token}/events/stream", "200"),
+    "fork_shared": ("post", "/shared/{token}/fork", "201"),
 }
-PUBLIC = {"healthz", "readyz"}  # spec 9: no key needed
+# spec 9: no key needed; spec 18: a share's reads need none either (its token is in the path)
+PUBLIC = {"healthz", "readyz", "get_shared", "read_shared_events", "read_shared_history", "stream_shared_events"}
 OPERATORS = {"metrics"}  # spec 13: an admin key
+SHARING = {name for name, (_, path, _) in OPERATIONS.items() if "/shares" in path or path.startswith("/shared/")}
 CORE_TYPES = [
     "turn/start",
     "turn/end",
@@ -282,7 +292,7 @@ def test_every_post_declares_a_json_body(schema: dict[str, Any], operation_id: s
     assert body["required"] is (operation_id == "append_events")  # the others take an empty body
 
 
-@pytest.mark.parametrize("operation_id", ["create_session", "fork_session"])
+@pytest.mark.parametrize("operation_id", ["create_session", "fork_session", "fork_shared"])
 def test_a_201_that_creates_declares_its_location(schema: dict[str, Any], operation_id: str) -> None:
     headers = _operation(schema, operation_id)["responses"]["201"]["headers"]
 
@@ -292,7 +302,7 @@ def test_a_201_that_creates_declares_its_location(schema: dict[str, Any], operat
 
 def test_servers_tags_license_and_the_security_scheme(schema: dict[str, Any]) -> None:
     assert schema["servers"] == [{"url": "/"}]
-    assert {tag["name"] for tag in schema["tags"]} == {"sessions", "health", "operations"}
+    assert {tag["name"] for tag in schema["tags"]} == {"sessions", "health", "operations", "sharing"}
     assert schema["info"]["license"]["name"]
     assert schema["components"]["securitySchemes"]["bearerKey"] == {
         "type": "http",
@@ -302,7 +312,8 @@ def test_servers_tags_license_and_the_security_scheme(schema: dict[str, Any]) ->
     assert schema["security"] == [{"bearerKey": []}]
     for operation_id in OPERATIONS:
         operation = _operation(schema, operation_id)
-        tag = "health" if operation_id in PUBLIC else "operations" if operation_id in OPERATORS else "sessions"
+        tag = "sharing" if operation_id in SHARING else "health" if operation_id in PUBLIC else "sessions"
+        tag = "operations" if operation_id in OPERATORS else tag
         assert operation["tags"] == [tag]
         assert operation.get("security") == ([] if operation_id in PUBLIC else None)
         errors = {status for status in operation["responses"] if int(status) >= 400}

@@ -23,7 +23,7 @@ from app.api.routing.declarations import RouteSpec
 from app.api.wire.idempotency_key import HEADER as IDEMPOTENCY_KEY
 from app.api.wire.idempotency_key import REPLAYED
 from app.api.wire.problems import PROBLEM_JSON, PROBLEMS
-from app.api.wire.requests import APPEND, CREATE, FORK, ID_REGEX, SNAPSHOT, BodyShape
+from app.api.wire.requests import APPEND, CREATE, FORK, ID_REGEX, SHARE, SHARED_FORK, SNAPSHOT, BodyShape
 from app.api.wire.schemas import (
     event_schemas,
     field_error_schema,
@@ -83,6 +83,11 @@ _TAGS = [
     {"name": "sessions", "description": "sessions, their logs, model histories, snapshots and forks"},
     {"name": "health", "description": "liveness and readiness (no key needed)"},
     {"name": "operations", "description": "metrics for operators (an admin key)"},
+    {
+        "name": "sharing",
+        "description": "read-only share links (spec 18): made and revoked with a share (or admin) key; read with "
+        "the link's token and no key",
+    },
 ]
 _LICENSE = {"name": "proprietary", "identifier": "LicenseRef-proprietary"}
 
@@ -92,6 +97,20 @@ _PATH_ID = {
     "required": True,
     "description": "the session id",
     "schema": {"type": "string", "pattern": ID_REGEX, "minLength": 1, "maxLength": 128},
+}
+_PATH_TOKEN = {
+    "name": "token",
+    "in": "path",
+    "required": True,
+    "description": "the share's token (shown once, when the share was made)",
+    "schema": {"type": "string"},
+}
+_PATH_SHARE_ID = {
+    "name": "shareId",
+    "in": "path",
+    "required": True,
+    "description": "the share's id (from GET /sessions/{id}/shares)",
+    "schema": {"type": "string"},
 }
 _IDEMPOTENCY_KEY = {
     "name": IDEMPOTENCY_KEY,
@@ -119,7 +138,7 @@ _SSE_FRAMES = (
     'when the session is deleted, a frame "event: deleted" with data {"id": ...}, then the end; a ": ping" comment '
     "line at least every 15 s"
 )
-BODY_SHAPES: tuple[BodyShape, ...] = (CREATE, APPEND, SNAPSHOT, FORK)
+BODY_SHAPES: tuple[BodyShape, ...] = (CREATE, APPEND, SNAPSHOT, FORK, SHARE, SHARED_FORK)
 
 
 def _declared_problems(
@@ -173,7 +192,8 @@ def operation(model: type[BaseModel] | None, spec: RouteSpec) -> dict[str, Any]:
     if idempotent:
         parameters.append(_IDEMPOTENCY_KEY)
     if stream:
-        parameters += [_LAST_EVENT_ID, _ACCESS_TOKEN]
+        # A public stream (a share's) needs no key, so takes none in its query either.
+        parameters += [_LAST_EVENT_ID] if spec.public else [_LAST_EVENT_ID, _ACCESS_TOKEN]
     extra: dict[str, Any] = {"tags": [spec.tag or ("health" if spec.public else "sessions")]}
     if spec.public:
         extra["security"] = []
@@ -352,8 +372,17 @@ def build_document(app: FastAPI) -> dict[str, Any]:
         components[shape.name] = shape.json_schema()
     for path, path_item in schema["paths"].items():
         for details in path_item.values():
-            if "{id}" in path:
-                details["parameters"] = [_PATH_ID, *details.get("parameters", [])]
+            named = [
+                parameter
+                for parameter, placeholder in (
+                    (_PATH_ID, "{id}"),
+                    (_PATH_SHARE_ID, "{shareId}"),
+                    (_PATH_TOKEN, "{token}"),
+                )
+                if placeholder in path
+            ]
+            if named:
+                details["parameters"] = [*named, *details.get("parameters", [])]
             operation_id = details["operationId"]
             _name_problem_unions(operation_id, details["responses"], components)
             for status, links in _LINKS.get(operation_id, {}).items():

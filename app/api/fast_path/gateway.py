@@ -8,7 +8,8 @@ its
 3. CORS (:mod:`app.api.edge.cors`): a preflight is answered here; with origins allowed (or for any OPTIONS) every other
    answer is labelled for the browser, a refusal below included (a page must be able to read a 401).
 4. The guards, in order: the key check and the rate limit (:mod:`app.api.edge.auth`, :mod:`app.api.edge.rate_limit`), or
-   without keys the loopback guard (:mod:`app.api.edge.loopback`); then the encoded-slash guard
+   without keys the loopback guard (:mod:`app.api.edge.loopback`); the share reads' rate per address
+   (:mod:`app.api.edge.share_rate`); then the encoded-slash guard
    (:mod:`app.api.edge.encoded_slash`). The first that refuses answers.
 
 Why one layer: each ASGI layer is a coroutine call and a wrapper of ``send`` per request, and with five of them an
@@ -32,11 +33,13 @@ from app.api.edge.encoded_slash import EncodedSlashGuard
 from app.api.edge.guard import Guard, handled_outside_http
 from app.api.edge.loopback import LoopbackGuard
 from app.api.edge.rate_limit import RateLimiter
+from app.api.edge.share_rate import ShareRateLimiter
 from app.api.telemetry.access_log import log_access
 from app.api.telemetry.metrics import Metrics
 from app.api.telemetry.per_request import RequestTelemetry, answer_bug
 from app.api.telemetry.tracing import Tracing
 from app.domain.access import KeyRing
+from app.domain.limits import RateLimit
 
 __all__ = ["Gateway"]
 
@@ -51,6 +54,7 @@ class Gateway:
         cors_origins: Sequence[str],
         allowed_hosts: Sequence[str],
         keys: Callable[[], KeyRing] | None,
+        share_rate: RateLimit | None = None,
     ) -> None:
         self.app = app
         self.telemetry = RequestTelemetry(metrics=metrics, tracing=tracing, keyed=keys is not None)
@@ -60,6 +64,8 @@ class Gateway:
             guards = [Authenticator(app, keys=keys), RateLimiter(app)]  # the rate right after the key is known
         else:
             guards = [LoopbackGuard(app, allowed_hosts=allowed_hosts, allowed_origins=cors_origins)]
+        if share_rate is not None:  # share reads, by address (spec 18): after the key's own rate
+            guards.append(ShareRateLimiter(app, limit=share_rate))
         self.guards: tuple[Guard, ...] = (*guards, EncodedSlashGuard(app))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -2,7 +2,19 @@
 
 from fastapi import APIRouter
 
-from app.api.routes import docs, events, forks, health, history, lineage, metrics, sessions, stream
+from app.api.routes import (
+    docs,
+    events,
+    forks,
+    health,
+    history,
+    lineage,
+    metrics,
+    sessions,
+    shared,
+    shares,
+    stream,
+)
 
 __all__ = ["routers"]
 
@@ -13,6 +25,8 @@ routers: tuple[APIRouter, ...] = (
     history.router,
     lineage.router,
     forks.router,
+    shares.router,
+    shared.router,
     health.router,
     metrics.router,
     docs.router,

@@ -1,5 +1,6 @@
 """Every request logged as one JSON line: method, path, status, duration, its request id and (when known) its trace
-id; never a header, a body or a query string (a stream's ``?access_token=`` is a key)."""
+id; never a header, a body or a query string (a stream's ``?access_token=`` is a key), nor a share's token (its path
+is written ``/shared/…``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from starlette.types import Scope
 
 from app.api.edge.auth import KEY_STATE
 from app.api.telemetry.request_ids import REQUEST_ID_STATE
+from app.api.wire.share_paths import public_path
 
 __all__ = ["log_access"]
 
@@ -22,7 +24,7 @@ def log_access(scope: Scope, status: int, seconds: float) -> None:
     if logger.isEnabledFor(logging.INFO):
         record: dict[str, Any] = {
             "method": scope.get("method"),
-            "path": scope.get("path"),
+            "path": public_path(scope.get("path", "")),  # a share's token is a secret: /shared/…
             "status": status,
             "ms": round(seconds * 1000, 3),
         }

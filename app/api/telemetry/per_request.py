@@ -27,6 +27,7 @@ from app.api.telemetry.metrics import KNOWN_METHODS, NO_TENANT, Metrics
 from app.api.telemetry.request_ids import REQUEST_ID_STATE, new_request_id, valid_request_id
 from app.api.telemetry.tracing import Tracing, incoming_trace_id
 from app.api.wire.problems import PROBLEM_CODE_STATE
+from app.api.wire.share_paths import public_path
 from app.backends.observer import NO_SPAN, StorageObserver
 from app.domain.session import DEFAULT_TENANT
 
@@ -156,7 +157,8 @@ class RequestTelemetry:
                 carrier["tracestate"] = tracestate.decode("latin-1")
         attributes: dict[str, str | int] = {
             "http.request.method": method,
-            "url.path": scope["path"],  # never the query string: a stream's may carry a key
+            # Never the query string (a stream's may carry a key), nor a share's token (written /shared/…).
+            "url.path": public_path(scope["path"]),
             "url.scheme": scope.get("scheme", "http"),
             "network.protocol.version": scope.get("http_version", "1.1"),
         }

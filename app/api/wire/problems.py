@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Route
 
 from app.api.telemetry.request_ids import new_request_id, request_id_of
+from app.api.wire.share_paths import public_path, without_share_tokens
 from app.domain.errors import ErrorCode, ForklogError
 
 __all__ = [
@@ -85,6 +86,8 @@ PROBLEMS: dict[ErrorCode, ProblemSpec] = {
     ErrorCode.INTERNAL: ProblemSpec(500, "Internal error"),
     ErrorCode.QUOTA_EXCEEDED: ProblemSpec(429, "Quota exceeded", ("quota", "limit", "used")),
     ErrorCode.RATE_LIMITED: ProblemSpec(429, "Rate limited", ("retryAfterMs",)),
+    ErrorCode.SHARE_NOT_FOUND: ProblemSpec(404, "Share not found"),
+    ErrorCode.SHARE_NOT_LIVE: ProblemSpec(409, "Share not live"),
 }
 
 # Answers given without reading the request body (or all of it): the connection is closed rather than drained.
@@ -133,13 +136,14 @@ def problem_body(
     ``field`` and ``reason``, else the body as a whole.
     """
     spec = PROBLEMS[code]
+    # A share's token never appears in a problem (spec 18): neither in its path nor in a detail that quotes it.
     body: dict[str, Any] = {
         "type": problem_type(code),
         "title": spec.title,
         "status": spec.status if status is None else status,
-        "detail": detail,
+        "detail": without_share_tokens(detail, instance),
         "code": code.value,
-        "instance": instance,
+        "instance": public_path(instance),
         "requestId": request_id if request_id is not None else new_request_id(),
     }
     facts = dict(facts or {})
@@ -230,7 +234,7 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
 
 
 async def _internal(request: Request, exc: Exception) -> Response:
-    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    logger.exception("unhandled error on %s %s", request.method, public_path(request.url.path), exc_info=exc)
     return problem_response(request, ErrorCode.INTERNAL, "an internal error occurred; please report it")
 
 

@@ -18,7 +18,9 @@ from app.api.wire.problems import RequestProblem, invalid_request
 from app.domain.errors import ErrorCode
 from app.domain.ids import ID_PATTERN, check_id
 from app.domain.jsonvalue import MAX_SAFE_INTEGER, is_number, is_safe_integer
+from app.domain.limits import BadLimit
 from app.domain.session import META_KEYS
+from app.domain.sharing import Redaction, expires_in_ms, parse_redactions
 
 __all__ = [
     "APPEND",
@@ -29,6 +31,10 @@ __all__ = [
     "LIST_QUERY",
     "MAX_APPEND_EVENTS",
     "READ_QUERY",
+    "SHARE",
+    "SHARED_FORK",
+    "SHARED_READ_QUERY",
+    "SHARED_STREAM_QUERY",
     "SNAPSHOT",
     "STREAM_QUERY",
     "BodyShape",
@@ -50,6 +56,9 @@ class Kind(Enum):
     SEED = "seed"  # an array of seed events
     META = "meta"  # a create's meta: an object of the header's fields
     IGNORED = "ignored"  # accepted and ignored (a snapshot's source, posted back to create)
+    UP_TO = "upTo"  # a share's end: "head", "live" or a seq
+    DURATION = "duration"  # an ISO 8601 duration (a share's expiresIn, at most P365D)
+    REDACT = "redact"  # what a share hides: a subset of reasoning, tools, cwd, meta
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +100,22 @@ class Member:
                     errors=[{"field": f"meta.{key}", "reason": "unknown member"} for key in unknown],
                 )
             return value
+        if kind is Kind.UP_TO:
+            if value in ("head", "live"):
+                return value
+            if not is_number(value) or not float(value).is_integer() or value < 0:
+                raise invalid_request(self.name, 'must be "head", "live" or the seq of a turn/end')
+            return int(value)
+        if kind is Kind.DURATION:
+            try:
+                return expires_in_ms(value)
+            except BadLimit as exc:
+                raise invalid_request(self.name, str(exc)) from None
+        if kind is Kind.REDACT:
+            try:
+                return parse_redactions(value)
+            except ValueError as exc:
+                raise invalid_request(self.name, str(exc)) from None
         return None
 
     def _counts(self, length: int) -> bool:
@@ -123,6 +148,21 @@ class Member:
                 schema["maxItems"] = self.maximum
         elif self.kind is Kind.META:
             schema = {"$ref": "#/components/schemas/CreateMeta"}
+        elif self.kind is Kind.UP_TO:
+            schema = {
+                "oneOf": [
+                    {"type": "string", "enum": ["head", "live"]},
+                    {"type": "integer", "minimum": 0, "maximum": MAX_SAFE_INTEGER},
+                ]
+            }
+        elif self.kind is Kind.DURATION:
+            schema = {"type": "string", "examples": ["P30D", "PT12H"]}
+        elif self.kind is Kind.REDACT:
+            schema = {
+                "type": "array",
+                "items": {"type": "string", "enum": [member.value for member in Redaction]},
+                "uniqueItems": True,
+            }
         else:
             schema = {}
         return {**schema, "description": self.description}
@@ -405,3 +445,25 @@ STREAM_QUERY = QueryShape(
 HISTORY_QUERY = QueryShape(
     (QueryParameter("atSeq", Kind.INTEGER, "the seq of a turn/end: the history at that boundary", minimum=0),)
 )
+
+SHARE = BodyShape(
+    "ShareRequest",
+    "POST /sessions/{id}/shares (the body may be empty): a read-only link to the session (spec 18)",
+    (
+        Member(
+            "upTo",
+            Kind.UP_TO,
+            '"head" (the default: frozen at the last turn/end now), a turn/end seq to freeze it at, or "live" '
+            "(follows the session as it grows)",
+        ),
+        Member(
+            "expiresIn", Kind.DURATION, "how long the link works, an ISO 8601 duration (default P30D, at most P365D)"
+        ),
+        Member("redact", Kind.REDACT, "what the link hides: reasoning, tools (arguments and results), cwd, meta"),
+    ),
+)
+SHARED_FORK = BodyShape(
+    "SharedForkRequest", "POST /shared/{token}/fork (the body may be empty): it takes no member yet", ()
+)
+SHARED_READ_QUERY = QueryShape(READ_QUERY.parameters)
+SHARED_STREAM_QUERY = QueryShape(STREAM_QUERY.parameters[:1])

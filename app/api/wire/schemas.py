@@ -38,6 +38,10 @@ __all__ = [
     "Ready",
     "SessionOut",
     "SessionPage",
+    "ShareCreated",
+    "ShareList",
+    "ShareOut",
+    "SharedSession",
     "SnapshotOut",
     "event_schemas",
     "field_error_schema",
@@ -367,3 +371,43 @@ class Ready(BaseModel):
         description="the sessions kept out of service: every tenant's, listed, for an admin key; "
         "for another key, how many of its tenant's",
     )
+
+
+# -- share links (spec 18) ------------------------------------------------------------------------------------------
+
+Redacted = Literal["reasoning", "tools", "cwd", "meta"]
+
+
+class ShareOut(BaseModel):
+    """A read-only share link of a session, without its token (shown once, when it is made)."""
+
+    id: str
+    sessionId: str
+    upTo: Count | Literal["live"] = Field(description='the turn/end seq the share is frozen at, or "live"')
+    expiresAt: int = Field(description="when the link stops working (epoch ms)")
+    redact: list[Redacted] = Field(description="what the link hides")
+    createdAt: int
+
+
+class ShareCreated(ShareOut):
+    """A new share link: its token and its URL are shown this once (the store keeps only the token's SHA-256)."""
+
+    token: str = Field(description="the share's secret (256 random bits, URL-safe); shown once")
+    url: str = Field(description="the path that reads the share: /shared/{token}")
+
+
+class ShareList(BaseModel):
+    """The session's share links in force, oldest first (without their tokens)."""
+
+    items: list[ShareOut]
+
+
+_SHARED_FIELDS = {
+    name: spec for name, spec in _SESSION_FIELDS.items() if name not in ("id", "instance", "parentSession")
+}
+SharedSession: type[BaseModel] = create_model(
+    "SharedSession",
+    __doc__="A shared session, as its share shows it: no id, instance or parentSession; its counts and last event "
+    "those of what is shared; a redacted header member is null.",
+    **_SHARED_FIELDS,
+)

@@ -43,6 +43,7 @@ from app.backends.files.disk.datadir import DataDir
 from app.backends.files.disk.errors import disk_errors
 from app.backends.files.disk.fileops import FileOps, release_free_memory
 from app.backends.files.idempotency_journal import IdempotencyJournal, lines_digest
+from app.backends.files.share_journal import ShareJournal
 from app.backends.files.start.parallel_checks import START_BYTES as PARALLEL_CHECK_BYTES
 from app.backends.files.start.recovery import CorruptLog, Recovery, RecoveryReport, parse_header
 from app.backends.observer import StorageObserver
@@ -51,6 +52,7 @@ from app.domain.dsh_records import encode_header
 from app.domain.errors import SessionAlreadyExists
 from app.domain.log import SessionLog
 from app.domain.session import Session, SessionHeader, SessionKey, head_of
+from app.domain.sharing import ShareRecord
 from app.domain.staging import StagedEvents
 
 __all__ = ["FileBackend"]
@@ -115,6 +117,7 @@ class FileBackend(CatalogReads):
         self.datadir.lock()
         self.catalog = Catalog(clock)
         self.remembered = IdempotencyJournal(self.datadir.root / "index", self.ops, sync=sync)
+        self.shares = ShareJournal(self.datadir.root / "index", self.ops, sync=sync)
         self._cuts = CutRecords(self.ops, sync=sync)
         self._writer = AppendWriter(self.ops, self._cuts, sync=sync, folder=self.datadir.root)
         # The paths an append names, made once for the sessions in use (two Path objects an append otherwise).
@@ -222,6 +225,8 @@ class FileBackend(CatalogReads):
         await asyncio.to_thread(
             self.remembered.reconcile, self._change_is_there, expired_before=self._clock() - KEEP_REMEMBERED_MS
         )
+        with disk_errors(Access.CHANGE, "read the share links"):
+            await asyncio.to_thread(self.shares.load, self._is_live, now=self._clock())
         logger.info(
             "recovered %d sessions (%d events, %d of them checked, %d bytes), %d kept out of service",
             len(self.catalog),
@@ -232,6 +237,10 @@ class FileBackend(CatalogReads):
         )
         self._opened = True
         checkpointer.start()
+
+    def _is_live(self, key: SessionKey, instance: str) -> bool:
+        live = self.catalog.get(key)
+        return live is not None and live.header.instance == instance
 
     def _change_is_there(self, record: IdempotencyRecord, digest: str | None) -> bool:
         """Whether a record's change was made: its session, that incarnation, holding its events byte for byte."""
@@ -479,6 +488,28 @@ class FileBackend(CatalogReads):
         ):
             await asyncio.to_thread(self._delete_file, key)
         self.catalog.remove(key)
+        try:
+            await asyncio.to_thread(self.shares.drop_session, key)
+        except OSError as exc:
+            # The session is gone, so its shares lead nowhere already (a share's incarnation is checked at each
+            # read); the next start drops them from the journal.
+            logger.warning("the share links of a deleted session stay in the journal until the next start: %s", exc)
+
+    # -- share links (app/backends/files/share_journal.py) -------------------------------------------------------------
+
+    async def add_share(self, share: ShareRecord) -> None:
+        with disk_errors(Access.CHANGE, "keep a share link"):
+            await asyncio.to_thread(self.shares.add, share)
+
+    async def share_by_digest(self, digest: str) -> ShareRecord | None:
+        return self.shares.index.by_digest(digest)
+
+    async def shares_of(self, key: SessionKey) -> list[ShareRecord]:
+        return self.shares.index.of_session(key)
+
+    async def revoke_share(self, key: SessionKey, share_id: str) -> bool:
+        with disk_errors(Access.CHANGE, "revoke a share link"):
+            return await asyncio.to_thread(self.shares.revoke, key, share_id)
 
     # -- idempotent retries (app/backends/files/idempotency_journal.py) ------------------------------------------------
 

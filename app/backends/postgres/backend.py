@@ -39,6 +39,7 @@ from app.domain.limits import NO_LIMITS
 from app.domain.log import SessionLog
 from app.domain.log_state import LogState
 from app.domain.session import HEADER_FIELDS, Session, SessionHeader, SessionKey, head_of
+from app.domain.sharing import Redaction, ShareRecord
 from app.domain.staging import StagedEvents
 
 __all__ = ["PostgresBackend"]
@@ -74,6 +75,20 @@ def _remembered_params(record: IdempotencyRecord) -> list[Any]:
         record.first_seq,
         record.end_seq,
     ]
+
+
+def _share_of(row: Any) -> ShareRecord:
+    return ShareRecord(
+        id=row["id"],
+        tenant=row["tenant"],
+        session_id=row["session_id"],
+        instance=row["instance"],
+        digest=row["digest"],
+        up_to=row["up_to"],
+        redact=frozenset(Redaction(name) for name in row["redact"]),
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+    )
 
 
 class PostgresBackend(PostgresReads):
@@ -271,3 +286,35 @@ class PostgresBackend(PostgresReads):
     async def forget(self, before: int) -> None:
         async with self._connection(Access.CHANGE) as conn:
             await conn.execute(queries.FORGET, before)
+
+    # -- share links (spec 18) ---------------------------------------------------------------------------------------
+
+    async def add_share(self, share: ShareRecord) -> None:
+        async with self._connection(Access.CHANGE) as conn:
+            await conn.execute(
+                queries.INSERT_SHARE,
+                share.id,
+                share.tenant,
+                share.session_id,
+                share.instance,
+                share.digest,
+                share.up_to,
+                sorted(share.redact),
+                share.created_at,
+                share.expires_at,
+            )
+
+    async def share_by_digest(self, digest: str) -> ShareRecord | None:
+        async with self._connection(Access.READ) as conn:
+            row = await conn.fetchrow(queries.FIND_SHARE, digest)
+        return _share_of(row) if row is not None else None
+
+    async def shares_of(self, key: SessionKey) -> list[ShareRecord]:
+        async with self._connection(Access.READ) as conn:
+            rows = await conn.fetch(queries.SESSION_SHARES, key.tenant, key.id)
+        return [_share_of(row) for row in rows]
+
+    async def revoke_share(self, key: SessionKey, share_id: str) -> bool:
+        async with self._connection(Access.CHANGE) as conn:
+            row = await conn.fetchrow(queries.DELETE_SHARE, key.tenant, key.id, share_id)
+        return row is not None

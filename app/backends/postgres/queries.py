@@ -14,11 +14,14 @@ __all__ = [
     "COUNT_TENANT_SESSIONS",
     "CREATE_SESSION",
     "DELETE_SESSION",
+    "DELETE_SHARE",
     "EVENTS_AT",
     "FIND",
+    "FIND_SHARE",
     "FORGET",
     "INCARNATION_LOG",
     "INSERT_REMEMBERED",
+    "INSERT_SHARE",
     "LINES",
     "NEW_LOG_ID",
     "NOTIFY",
@@ -26,6 +29,7 @@ __all__ = [
     "RECALL",
     "RESTORE_SESSION",
     "SESSION_COLUMNS",
+    "SESSION_SHARES",
     "SURFACE",
     "TENANTS",
     "TITLE_CANDIDATES",
@@ -214,6 +218,8 @@ RESTORE_SESSION = _TENANT_CLOCK.format("") + "RETURNING $4::bigint AS created_at
 DELETE_SESSION = """
 WITH gone AS (
     DELETE FROM forklog_sessions WHERE tenant = $1 AND id = $2 RETURNING log
+), unshared AS (
+    DELETE FROM forklog_shares WHERE tenant = $1 AND session_id = $2
 ), orphan AS (
     UPDATE forklog_logs SET orphaned_at = $3 WHERE id IN (SELECT log FROM gone)
 ), tomb AS (
@@ -232,3 +238,12 @@ FORGET = "DELETE FROM forklog_remembered WHERE created_at < $1"
 
 # The doorbell: one statement rings for a batch of changes ($1 the payloads, see changes.Doorbell).
 NOTIFY = "SELECT count(pg_notify('forklog_changes', payload)) FROM unnest($1::text[]) AS payload"
+
+# Share links (spec 18): looked up by their token's SHA-256 only; never cached (a revoke is seen by the next read).
+SHARE_COLUMNS = "id, tenant, session_id, instance, digest, up_to, redact, created_at, expires_at"
+INSERT_SHARE = f"INSERT INTO forklog_shares ({SHARE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+FIND_SHARE = f"SELECT {SHARE_COLUMNS} FROM forklog_shares WHERE digest = $1"
+SESSION_SHARES = (
+    f"SELECT {SHARE_COLUMNS} FROM forklog_shares WHERE tenant = $1 AND session_id = $2 ORDER BY created_at, id"
+)
+DELETE_SHARE = "DELETE FROM forklog_shares WHERE tenant = $1 AND session_id = $2 AND id = $3 RETURNING id"

@@ -33,6 +33,9 @@ Tables (every name starts with ``forklog_``):
 - ``state_fill``: the logs whose rows an older forklog wrote without the sidebar's members (version 6), emptied by
   the next start (:mod:`app.backends.postgres.state_fill`).
 
+- ``shares``: the read-only share links of spec 18 (version 9), keyed by their token's SHA-256; a session's delete
+  drops its shares in the same statement.
+
 ``sessions.bytes`` (version 3) is the session's log as ``export`` writes it, header line included, or NULL where it
 is not known yet (see :mod:`app.backends.postgres.quotas`).
 """
@@ -197,6 +200,21 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE forklog_sessions ALTER COLUMN changed_at SET NOT NULL;
     ALTER TABLE forklog_sessions
         ALTER COLUMN changed_at SET DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    """,
+    # 9: read-only share links (spec 18), by the SHA-256 of their token (never the token), and by session.
+    """
+    CREATE TABLE forklog_shares (
+        digest text PRIMARY KEY,
+        id text NOT NULL,
+        tenant text COLLATE "C" NOT NULL,
+        session_id text COLLATE "C" NOT NULL,
+        instance text NOT NULL,
+        up_to bigint,
+        redact text[] NOT NULL,
+        created_at bigint NOT NULL,
+        expires_at bigint NOT NULL
+    );
+    CREATE UNIQUE INDEX forklog_shares_session ON forklog_shares (tenant, session_id, id);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

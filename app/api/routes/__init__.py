@@ -12,6 +12,7 @@ from app.api.routes import (
     metrics,
     sessions,
     shared,
+    shared_page,
     shares,
     stream,
 )
@@ -27,6 +28,7 @@ routers: tuple[APIRouter, ...] = (
     forks.router,
     shares.router,
     shared.router,
+    shared_page.router,
     health.router,
     metrics.router,
     docs.router,

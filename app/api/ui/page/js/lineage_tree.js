@@ -43,6 +43,12 @@ class Queue {
     this.running = 0;
   }
 
+  /** Drops what has not started (the page moved on). */
+  clear() {
+    const dropped = this.waiting.splice(0);
+    for (const { reject } of dropped) reject(new Error("the tree is gone"));
+  }
+
   run(task) {
     return new Promise((resolve, reject) => {
       this.waiting.push({ task, resolve, reject });
@@ -182,13 +188,19 @@ export class LineageTree {
   }
 
   redrawSoon() {
-    if (this.scheduled) return;
+    if (this.scheduled || this.disposed) return;
     this.scheduled = true;
     const wait = this.pending ? Math.max(0, REDRAW_MS - (performance.now() - this.drawnAt)) : 0;
     setTimeout(() => requestAnimationFrame(() => {
       this.scheduled = false;
       this.draw();
     }), wait);
+  }
+
+  /** The page shows another session: no more requests for this tree. */
+  dispose() {
+    this.disposed = true;
+    this.queue.clear();
   }
 
   expand(node) {

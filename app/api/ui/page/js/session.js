@@ -198,7 +198,9 @@ export class SessionView {
       session: () => this.session,
       turnEnds: () => (this.conversation?.boundaries ?? []).filter((boundary) => boundary.kind === "turn-end"),
     });
-    this.shareButton.hidden = !(await this.sharing.allowed()) || this.disposed;
+    const allowed = await this.sharing.allowed();
+    this.shareButton.hidden = !allowed;
+    this.shareButton.dataset.offered = String(allowed); // decided (a test waits for it)
   }
 
   /** The history, the log's boundaries and surface ops (read in pages), then the live tail from the end. */
@@ -346,6 +348,7 @@ export class SessionView {
   dispose() {
     this.disposed = true;
     this.tail?.stop();
+    this.tree?.dispose();
     this.unsubscribe?.();
   }
 }

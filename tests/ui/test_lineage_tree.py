@@ -90,6 +90,7 @@ def test_the_tree_shows_ancestors_the_session_and_three_depths_of_descendants(
     page.get_by_role("button", name="+2 more children of mid").press("Enter")
     expect(node(page, "attempt-6")).to_contain_text("attempt-6 · forked at seed 6 · after turn 1 · 6 events")
     expect(page.locator(".lineage-tree .tree-more")).to_have_count(0)
+    tree_settled(page)
 
     # The session's page: its ancestors up to the root above it, each a link.
     node(page, "great-grandchild").get_by_role("link").click()
@@ -148,7 +149,8 @@ def test_a_tree_of_500_forks_folds_and_draws_within_200_ms(
     turns = [r.url for r in tabs.requests if "/events?" in r.url and "limit=1" in r.url.split("?")[1].split("&")]
     with capsys.disabled():
         print(
-            f"\nlineage tree of 503 descendants: collapsed draw max {max(collapsed):.1f} ms, expanded draw max "
+            f"\nlineage tree of 503 descendants: collapsed draw max {max(collapsed):.1f} ms over {len(collapsed)} "
+            f"draws, {len(tree_requests)} lineage requests; expanded draw max "
             f"{max(expanded):.1f} ms over {len(expanded)} draws; {len(asked)} lineage requests, "
             f"{len(turns)} fork-point reads; all read {settled_after:.1f} s after the click"
         )

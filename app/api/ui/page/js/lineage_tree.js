@@ -285,6 +285,13 @@ export class LineageTree {
       width = Math.max(width, this.describe(row));
     });
     const [first, last] = this.drawnRange(rows.length);
+    // Nothing on screen changed (an answer that added nothing): the elements stay, so a click under way is not lost.
+    const signature = `${first}:${last}:${rows.map((row) => `${row.kind}|${row.indent}|${row.label}|${row.facts}`).join("\n")}`;
+    if (signature === this.signature) {
+      this.finish(start, rows, last - first);
+      return performance.now() - start;
+    }
+    this.signature = signature;
     const top = first * ROW;
     const bottom = last * ROW;
     const edges = []; // one path for every connector that crosses the drawn rows
@@ -306,13 +313,17 @@ export class LineageTree {
     this.canvas.setAttribute("viewBox", `0 0 ${width} ${height}`);
     this.canvas.replaceChildren(fragment);
     this.canvas.getBBox(); // lays the drawing out now, so that the measure counts it
-    this.drawn = [first, last];
+    return this.finish(start, rows, last - first);
+  }
+
+  /** The caption, the measure and the facts a test reads, after a draw. */
+  finish(start, rows, drawn) {
     const descendants = rows.filter((row) => row.kind === "child").length;
     const ancestors = rows.filter((row) => row.kind === "ancestor").length;
     const plural = (count, one, many) => `${formatCount(count)} ${count === 1 ? one : many}`;
     this.status.textContent = `${plural(ancestors, "ancestor", "ancestors")} · ${plural(descendants, "descendant", "descendants")} shown${this.pending ? " · reading…" : ""}`;
     const ms = performance.now() - start;
-    performance.measure(DRAW_MEASURE, { start, duration: ms, detail: { rows: rows.length, drawn: last - first, descendants } });
+    performance.measure(DRAW_MEASURE, { start, duration: ms, detail: { rows: rows.length, drawn, descendants } });
     this.lastDrawMs = ms;
     this.drawnAt = performance.now();
     this.element.dataset.rows = String(rows.length);
@@ -347,7 +358,7 @@ export class LineageTree {
           activate();
         }
       });
-      group.append(svg("rect", { x: x - 4, y: y - 12, width: label.length * 8.5 + 12, height: 24, rx: 4 }), svg("text", { x: x + 4, y: y + 5 }, label));
+      group.append(svg("rect", { x: x - 4, y: y - 12, width: label.length * 9.5 + 12, height: 24, rx: 4 }), svg("text", { x: x + 4, y: y + 5 }, label));
       return group;
     }
     if (row.kind === "missing") {

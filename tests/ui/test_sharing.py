@@ -96,7 +96,7 @@ def test_share_makes_a_link_shown_once_copies_it_and_revokes_it(
     expect(dialog.locator("#share-link")).to_have_value("")
     assert token not in page.content()
 
-    # Live, and a refusal shown in the dialog: a turn is asked for when none has ended.
+    # A live share as well.
     dialog.get_by_label("live: everything, as the session grows").check()
     dialog.get_by_role("button", name="Make the link").click()
     expect(dialog.locator(".share-list li.share")).to_have_count(2)
@@ -130,6 +130,14 @@ def test_share_is_offered_only_to_a_key_that_may_share(
             expect(share).to_be_visible()
         else:
             expect(share).to_be_hidden()
+
+    # A refusal stays in the dialog, with its title and detail: no turn has ended, so "the last turn/end" is none.
+    dialog = open_share_dialog(page)
+    expect(dialog.get_by_text("(no turn has ended yet)")).to_be_visible()
+    dialog.get_by_role("button", name="Make the link").click()
+    expect(dialog.locator(".dialog-problem .problem-code")).to_have_text("409 · NOT_AT_TURN_BOUNDARY")
+    expect(dialog.locator(".share-made")).to_be_hidden()
+    expect(dialog.locator(".share-list")).to_have_text("No shares.")
 
 
 def shared_page(tabs: Tabs, server: Server, token: str, **options: Any) -> Page:

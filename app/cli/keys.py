@@ -36,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         required=True,
         choices=[scope.value for scope in Scope],
-        help="read (every GET and snapshots), write (create, append, fork, delete), admin (/readyz lists corrupt "
-        "sessions); repeat for several",
+        help="read (every GET and snapshots), write (create, append, fork, delete), share (make and revoke "
+        "read-only share links), admin (/readyz lists corrupt sessions; may share too); repeat for several",
     )
     new.add_argument("--id", dest="key_id", help="the key's name in the file and the access log (default: random)")
     new.add_argument("--keys-file", type=Path, help="the file to append to (FORKLOG_KEYS_FILE; default: print it)")

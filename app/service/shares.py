@@ -273,6 +273,10 @@ class Shares:
             async for item in tail:
                 if isinstance(item, Deleted) or not right.holds():
                     return
+                # Asked of the store before each batch is handed on: a share revoked on another replica sends
+                # nothing stored after its revoke, even before this replica's next look ends the stream.
+                if not await self._still_open(token):
+                    return
                 yield TailEvents(item.first_seq, redact_lines(item.lines, share.redact))
         finally:
             watcher.cancel()
@@ -283,6 +287,13 @@ class Shares:
                 streams.discard(right)
                 if not streams:
                     del self._streams[share.id]
+
+    async def _still_open(self, token: str) -> bool:
+        try:
+            await self.open(token)
+        except ShareNotFound:
+            return False
+        return True
 
     async def _watch(self, token: str, key: SessionKey, right: _StreamRight) -> None:
         """Look again at the share every so often; once it leads nowhere, end the stream (and wake it to end)."""

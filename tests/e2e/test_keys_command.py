@@ -107,3 +107,11 @@ def test_keys_new_refuses_a_tenant_equal_to_another_but_for_letter_case(tmp_path
     assert shouted.returncode != 0 and shouted.stdout == ""
     assert "'ACME'" in shouted.stderr and "'acme'" in shouted.stderr and "letter case" in shouted.stderr
     assert keys.read_bytes() == before
+
+
+def test_a_share_key_is_made_with_the_share_scope(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.jsonl"
+    made = run_app("keys", "new", "--tenant", "acme", "--scope", "share", "--id", "sharer", "--keys-file", str(keys))
+    assert made.returncode == 0, made.stderr
+    (key,) = parse_keys(keys.read_bytes())
+    assert key.id == "sharer" and {scope.value for scope in key.scopes} == {"share"}

@@ -11,7 +11,7 @@ effect exactly once; ``list`` and ``events`` follow every page; ``tail`` follows
 disconnects. Errors are :class:`ForklogError` subclasses named after their problem code.
 """
 
-from forklog_client._async import AsyncForklog, AsyncSessions
+from forklog_client._async import AsyncForklog, AsyncSessions, AsyncShared
 from forklog_client._calls import EventInput
 from forklog_client._errors import (
     ConnectionError,
@@ -38,6 +38,8 @@ from forklog_client._errors import (
     SessionCorruptError,
     SessionNotFoundError,
     SessionNotLiveError,
+    ShareNotFoundError,
+    ShareNotLiveError,
     StorageUnavailableError,
     UnauthenticatedError,
     UnsupportedMediaTypeError,
@@ -51,9 +53,10 @@ from forklog_client._models import (
     Message,
     Model,
     Session,
+    Share,
     Snapshot,
 )
-from forklog_client._sync import Forklog, Sessions
+from forklog_client._sync import Forklog, Sessions, Shared
 
 __version__ = "0.1.0"
 
@@ -62,6 +65,7 @@ __all__ = [
     "Appended",
     "AsyncForklog",
     "AsyncSessions",
+    "AsyncShared",
     "ConnectionError",
     "Event",
     "EventInput",
@@ -95,6 +99,10 @@ __all__ = [
     "SessionNotFoundError",
     "SessionNotLiveError",
     "Sessions",
+    "Share",
+    "ShareNotFoundError",
+    "ShareNotLiveError",
+    "Shared",
     "Snapshot",
     "StorageUnavailableError",
     "UnauthenticatedError",

@@ -4,6 +4,7 @@ coroutine, every iterator an async one)."""
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -13,7 +14,7 @@ import httpx
 from forklog_client import _calls
 from forklog_client._calls import Call, EventInput
 from forklog_client._errors import ConnectionError, error_for
-from forklog_client._models import Appended, Event, History, Lineage, Session, Snapshot
+from forklog_client._models import Appended, Event, History, Lineage, Session, Share, Snapshot
 from forklog_client._retry import backoff
 from forklog_client._tail import FrameParser, TailState
 from forklog_client._transport import (
@@ -25,7 +26,7 @@ from forklog_client._transport import (
     stream_ended,
 )
 
-__all__ = ["AsyncForklog", "AsyncSessions"]
+__all__ = ["AsyncForklog", "AsyncSessions", "AsyncShared"]
 
 T = TypeVar("T")
 
@@ -43,6 +44,10 @@ class AsyncForklog:
         self.max_retries = max_retries
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=client_headers(api_key), timeout=timeout)
         self.sessions = AsyncSessions(self)
+
+    def shared(self, token: str) -> AsyncShared:
+        """The share link ``token`` (``.get()``, ``.events()``, ``.history()``, ``.tail()``, ``.fork()``)."""
+        return AsyncShared(self, token)
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -71,13 +76,51 @@ class AsyncForklog:
             if response.is_success:
                 return call.read(response.json() if response.content else None)
             problem = problem_of(response)
-            if call.gone_is_done and gone_after_retry(response, problem, retry):
+            if call.gone_is_done and gone_after_retry(response, problem, retry, call.gone_code):
                 return call.read(None)
             wait = retry_wait(response, problem, retry, self.max_retries)
             if wait is None:
                 raise error_for(response.status_code, problem)
             await asyncio.sleep(wait)
             retry += 1
+
+    async def _follow(self, path: str, state: TailState) -> AsyncGenerator[Event, None]:
+        """A live tail's stream at ``path``, reconnected as :class:`TailState` says (a session's, or a share's)."""
+        while True:
+            wait: float | None = None
+            connected = False
+            try:
+                async with self._http.stream("GET", path, params=state.params(), headers=state.headers()) as response:
+                    if response.status_code == 200:
+                        connected = True
+                        parser = FrameParser()
+                        async for line in response.aiter_lines():
+                            comments = parser.comments
+                            frame = parser.feed(line)
+                            if frame is None:
+                                if parser.comments != comments:
+                                    state.heard()
+                                continue
+                            state.heard()
+                            if frame.event == "deleted":
+                                return
+                            if frame.event is None and frame.data:
+                                event = state.event_of(frame)
+                                if event is not None:
+                                    yield event
+                    else:
+                        await response.aread()
+                        problem = problem_of(response)
+                        if stream_ended(response, problem):
+                            return
+                        wait = answer_wait(response, problem, state.quiet_attempts)
+                        if wait is None or not state.failed_connect():
+                            raise error_for(response.status_code, problem)
+            except httpx.TransportError as lost:
+                if not connected and not state.failed_connect():
+                    raise ConnectionError(f"GET {path}: {lost!r}, after {self.max_retries} retries") from lost
+            await asyncio.sleep(wait if wait is not None else backoff(state.quiet_attempts))
+            state.quiet_attempts += 1
 
 
 class AsyncSessions:
@@ -150,42 +193,8 @@ class AsyncSessions:
         client = self._client
         state = TailState(id, from_seq, client.max_retries)
         state.instance = (await self.get(id)).instance
-        path = _calls.session_path(id, "events", "stream")
-        while True:
-            wait: float | None = None
-            connected = False
-            try:
-                async with client._http.stream("GET", path, params=state.params(), headers=state.headers()) as response:
-                    if response.status_code == 200:
-                        connected = True
-                        parser = FrameParser()
-                        async for line in response.aiter_lines():
-                            comments = parser.comments
-                            frame = parser.feed(line)
-                            if frame is None:
-                                if parser.comments != comments:
-                                    state.heard()
-                                continue
-                            state.heard()
-                            if frame.event == "deleted":
-                                return
-                            if frame.event is None and frame.data:
-                                event = state.event_of(frame)
-                                if event is not None:
-                                    yield event
-                    else:
-                        await response.aread()
-                        problem = problem_of(response)
-                        if stream_ended(response, problem):
-                            return
-                        wait = answer_wait(response, problem, state.quiet_attempts)
-                        if wait is None or not state.failed_connect():
-                            raise error_for(response.status_code, problem)
-            except httpx.TransportError as lost:
-                if not connected and not state.failed_connect():
-                    raise ConnectionError(f"GET {path}: {lost!r}, after {client.max_retries} retries") from lost
-            await asyncio.sleep(wait if wait is not None else backoff(state.quiet_attempts))
-            state.quiet_attempts += 1
+        async for event in client._follow(_calls.session_path(id, "events", "stream"), state):
+            yield event
 
     async def history(self, id: str, at_seq: int | None = None) -> History:
         return await self._client._send(_calls.history(id, at_seq))
@@ -222,3 +231,62 @@ class AsyncSessions:
 
     async def lineage(self, id: str) -> Lineage:
         return await self._client._send(_calls.lineage(id))
+
+    # -- share links (spec 18) ---------------------------------------------------------------------------------------
+
+    async def share(
+        self,
+        id: str,
+        up_to: int | str | None = None,
+        expires_in: str | None = None,
+        redact: Sequence[str] | None = None,
+    ) -> Share:
+        """A new read-only link to the session: ``up_to`` "head" (the default), "live" or a turn/end seq;
+        ``expires_in`` an ISO 8601 duration (default P30D); ``redact`` some of reasoning, tools, cwd, meta. Its
+        ``token`` (and ``url``) are shown this once. Needs a key with the share (or admin) scope."""
+        return await self._client._send(_calls.share(id, up_to, expires_in, redact))
+
+    async def shares(self, id: str) -> builtins.list[Share]:
+        """The session's links in force, oldest first (without their tokens)."""
+        return await self._client._send(_calls.shares(id))
+
+    async def unshare(self, id: str, share_id: str) -> None:
+        """Revoke a link: it leads nowhere from now on, and its open streams end."""
+        await self._client._send(_calls.unshare(id, share_id))
+
+
+class AsyncShared:
+    """A share link read by its token (spec 18): no key is needed to read it; :meth:`fork` needs a write key."""
+
+    def __init__(self, client: AsyncForklog, token: str) -> None:
+        self._client = client
+        self.token = token
+
+    async def get(self) -> Session:
+        """The shared session as the link shows it (no ``id``, ``instance`` or ``parentSession``)."""
+        return await self._client._send(_calls.shared_get(self.token))
+
+    async def events(self, from_seq: int = 0, page_size: int = 1000) -> AsyncGenerator[Event, None]:
+        """The shared events (redacted as shared), every page."""
+        position = from_seq
+        while True:
+            page = await self._client._send(_calls.shared_events_page(self.token, position, page_size))
+            for event in page.events:
+                yield event
+            if page.last:
+                return
+            position = page.next_seq
+
+    async def history(self) -> History:
+        return await self._client._send(_calls.shared_history(self.token))
+
+    async def tail(self, from_seq: int = 0) -> AsyncGenerator[Event, None]:
+        """A live share's events from ``from_seq`` on, across disconnects, until the link is revoked, expires or
+        its session is deleted."""
+        state = TailState(self.token, from_seq, self._client.max_retries)
+        async for event in self._client._follow(_calls.shared_path(self.token, "events", "stream"), state):
+            yield event
+
+    async def fork(self) -> Session:
+        """Continue the shared part in a new session of the key's own tenant (``origin: "share"``, no parent)."""
+        return await self._client._send(_calls.shared_fork(self.token))

@@ -14,9 +14,24 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
-from forklog_client._models import Appended, Event, History, Lineage, Model, Session, Snapshot
+from forklog_client._models import Appended, Event, History, Lineage, Model, Session, Share, Snapshot
 
-__all__ = ["Call", "EventInput", "body_of", "events_page", "session_path", "sessions_page"]
+__all__ = [
+    "Call",
+    "EventInput",
+    "body_of",
+    "events_page",
+    "session_path",
+    "sessions_page",
+    "share",
+    "shared_events_page",
+    "shared_fork",
+    "shared_get",
+    "shared_history",
+    "shared_path",
+    "shares",
+    "unshare",
+]
 
 T = TypeVar("T")
 
@@ -35,6 +50,7 @@ class Call(Generic[T]):
     content: bytes | None = None
     idempotency_key: str | None = None
     gone_is_done: bool = False  # a delete: a retry answered 404 means an earlier attempt did it
+    gone_code: str = "SESSION_NOT_FOUND"  # the code of that 404
 
     def headers(self) -> dict[str, str]:
         headers: dict[str, str] = {}
@@ -183,8 +199,51 @@ class EventsPage:
 
 
 def events_page(session_id: str, from_seq: int, page_size: int) -> Call[EventsPage]:
+    return _events_page(session_path(session_id, "events"), from_seq, page_size)
+
+
+def _events_page(path: str, from_seq: int, page_size: int) -> Call[EventsPage]:
     def read(body: Any) -> EventsPage:
         return EventsPage([Event(item) for item in body["events"]], body["nextSeq"], body["eventCount"])
 
-    params = _params(**{"from": from_seq, "limit": page_size})
-    return Call("GET", session_path(session_id, "events"), read, params=params)
+    return Call("GET", path, read, params=_params(**{"from": from_seq, "limit": page_size}))
+
+
+# -- share links (spec 18) ------------------------------------------------------------------------------------------
+
+
+def share(
+    session_id: str, up_to: int | str | None, expires_in: str | None, redact: Sequence[str] | None
+) -> Call[Share]:
+    content = body_of(upTo=up_to, expiresIn=expires_in, redact=None if redact is None else list(redact))
+    return Call("POST", session_path(session_id, "shares"), Share, content=content)
+
+
+def shares(session_id: str) -> Call[list[Share]]:
+    return Call("GET", session_path(session_id, "shares"), lambda body: [Share(item) for item in body["items"]])
+
+
+def unshare(session_id: str, share_id: str) -> Call[None]:
+    path = session_path(session_id, "shares", quote(share_id, safe=""))
+    return Call("DELETE", path, lambda _: None, gone_is_done=True, gone_code="SHARE_NOT_FOUND")
+
+
+def shared_path(token: str, *rest: str) -> str:
+    return "/".join(("/shared", quote(token, safe=""), *rest))
+
+
+def shared_get(token: str) -> Call[Session]:
+    return Call("GET", shared_path(token), Session)
+
+
+def shared_events_page(token: str, from_seq: int, page_size: int) -> Call[EventsPage]:
+    return _events_page(shared_path(token, "events"), from_seq, page_size)
+
+
+def shared_history(token: str) -> Call[History]:
+    return Call("GET", shared_path(token, "history"), History)
+
+
+def shared_fork(token: str) -> Call[Session]:
+    # Not idempotent on the server: a retry after a lost answer may continue the share twice.
+    return Call("POST", shared_path(token, "fork"), Session, content=b"{}")

@@ -40,6 +40,8 @@ __all__ = [
     "SessionCorruptError",
     "SessionNotFoundError",
     "SessionNotLiveError",
+    "ShareNotFoundError",
+    "ShareNotLiveError",
     "StorageUnavailableError",
     "UnauthenticatedError",
     "UnsupportedMediaTypeError",
@@ -169,6 +171,14 @@ class RateLimitedError(ForklogError):
     """429 RATE_LIMITED: the key's requests are over its rate (retried after ``Retry-After``)."""
 
 
+class ShareNotFoundError(ForklogError):
+    """404 SHARE_NOT_FOUND: the share token leads nowhere (unknown, revoked, expired, or its session deleted)."""
+
+
+class ShareNotLiveError(ForklogError):
+    """409 SHARE_NOT_LIVE: only a live share streams; this one is frozen at a turn/end."""
+
+
 _BY_CODE: dict[str, type[ForklogError]] = {
     "SESSION_NOT_FOUND": SessionNotFoundError,
     "SESSION_ALREADY_EXISTS": SessionAlreadyExistsError,
@@ -195,6 +205,8 @@ _BY_CODE: dict[str, type[ForklogError]] = {
     "INTERNAL": InternalError,
     "QUOTA_EXCEEDED": QuotaExceededError,
     "RATE_LIMITED": RateLimitedError,
+    "SHARE_NOT_FOUND": ShareNotFoundError,
+    "SHARE_NOT_LIVE": ShareNotLiveError,
 }
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "Message",
     "Model",
     "Session",
+    "Share",
     "Snapshot",
 ]
 
@@ -228,3 +229,18 @@ class Lineage(Model):
     ancestors: NestedList[Session] = NestedList("ancestors", Session)
     children: NestedList[Session] = NestedList("children", Session)
     missing_ancestor: Member[str | None] = Member("missingAncestor")
+
+
+class Share(Model):
+    """A read-only share link of a session (spec 18). ``token`` and ``url`` are there only in the answer that made
+    it (the server keeps the token's SHA-256 alone); ``up_to`` is the turn/end seq it is frozen at, or ``"live"``."""
+
+    __slots__ = ()
+    id: Member[str] = Member("id")
+    session_id: Member[str] = Member("sessionId")
+    up_to: Member[int | str] = Member("upTo")
+    expires_at: Member[int] = Member("expiresAt")
+    redact: Member[builtins.list[str]] = Member("redact")
+    created_at: Member[int] = Member("createdAt")
+    token: Member[str | None] = Member("token")
+    url: Member[str | None] = Member("url")

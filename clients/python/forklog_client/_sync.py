@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Generator, Mapping, Sequence
 from types import TracebackType
@@ -12,7 +13,7 @@ import httpx
 from forklog_client import _calls
 from forklog_client._calls import Call, EventInput
 from forklog_client._errors import ConnectionError, error_for
-from forklog_client._models import Appended, Event, History, Lineage, Session, Snapshot
+from forklog_client._models import Appended, Event, History, Lineage, Session, Share, Snapshot
 from forklog_client._retry import backoff
 from forklog_client._tail import FrameParser, TailState
 from forklog_client._transport import (
@@ -24,7 +25,7 @@ from forklog_client._transport import (
     stream_ended,
 )
 
-__all__ = ["Forklog", "Sessions"]
+__all__ = ["Forklog", "Sessions", "Shared"]
 
 T = TypeVar("T")
 
@@ -42,6 +43,10 @@ class Forklog:
         self.max_retries = max_retries
         self._http = httpx.Client(base_url=self.base_url, headers=client_headers(api_key), timeout=timeout)
         self.sessions = Sessions(self)
+
+    def shared(self, token: str) -> Shared:
+        """The share link ``token`` (``.get()``, ``.events()``, ``.history()``, ``.tail()``, ``.fork()``)."""
+        return Shared(self, token)
 
     def close(self) -> None:
         self._http.close()
@@ -70,13 +75,51 @@ class Forklog:
             if response.is_success:
                 return call.read(response.json() if response.content else None)
             problem = problem_of(response)
-            if call.gone_is_done and gone_after_retry(response, problem, retry):
+            if call.gone_is_done and gone_after_retry(response, problem, retry, call.gone_code):
                 return call.read(None)
             wait = retry_wait(response, problem, retry, self.max_retries)
             if wait is None:
                 raise error_for(response.status_code, problem)
             time.sleep(wait)
             retry += 1
+
+    def _follow(self, path: str, state: TailState) -> Generator[Event, None, None]:
+        """A live tail's stream at ``path``, reconnected as :class:`TailState` says (a session's, or a share's)."""
+        while True:
+            wait: float | None = None
+            connected = False
+            try:
+                with self._http.stream("GET", path, params=state.params(), headers=state.headers()) as response:
+                    if response.status_code == 200:
+                        connected = True
+                        parser = FrameParser()
+                        for line in response.iter_lines():
+                            comments = parser.comments
+                            frame = parser.feed(line)
+                            if frame is None:
+                                if parser.comments != comments:
+                                    state.heard()
+                                continue
+                            state.heard()
+                            if frame.event == "deleted":
+                                return
+                            if frame.event is None and frame.data:
+                                event = state.event_of(frame)
+                                if event is not None:
+                                    yield event
+                    else:
+                        response.read()
+                        problem = problem_of(response)
+                        if stream_ended(response, problem):
+                            return
+                        wait = answer_wait(response, problem, state.quiet_attempts)
+                        if wait is None or not state.failed_connect():
+                            raise error_for(response.status_code, problem)
+            except httpx.TransportError as lost:
+                if not connected and not state.failed_connect():
+                    raise ConnectionError(f"GET {path}: {lost!r}, after {self.max_retries} retries") from lost
+            time.sleep(wait if wait is not None else backoff(state.quiet_attempts))
+            state.quiet_attempts += 1
 
 
 class Sessions:
@@ -147,42 +190,7 @@ class Sessions:
         client = self._client
         state = TailState(id, from_seq, client.max_retries)
         state.instance = self.get(id).instance
-        path = _calls.session_path(id, "events", "stream")
-        while True:
-            wait: float | None = None
-            connected = False
-            try:
-                with client._http.stream("GET", path, params=state.params(), headers=state.headers()) as response:
-                    if response.status_code == 200:
-                        connected = True
-                        parser = FrameParser()
-                        for line in response.iter_lines():
-                            comments = parser.comments
-                            frame = parser.feed(line)
-                            if frame is None:
-                                if parser.comments != comments:
-                                    state.heard()
-                                continue
-                            state.heard()
-                            if frame.event == "deleted":
-                                return
-                            if frame.event is None and frame.data:
-                                event = state.event_of(frame)
-                                if event is not None:
-                                    yield event
-                    else:
-                        response.read()
-                        problem = problem_of(response)
-                        if stream_ended(response, problem):
-                            return
-                        wait = answer_wait(response, problem, state.quiet_attempts)
-                        if wait is None or not state.failed_connect():
-                            raise error_for(response.status_code, problem)
-            except httpx.TransportError as lost:
-                if not connected and not state.failed_connect():
-                    raise ConnectionError(f"GET {path}: {lost!r}, after {client.max_retries} retries") from lost
-            time.sleep(wait if wait is not None else backoff(state.quiet_attempts))
-            state.quiet_attempts += 1
+        yield from client._follow(_calls.session_path(id, "events", "stream"), state)
 
     def history(self, id: str, at_seq: int | None = None) -> History:
         return self._client._send(_calls.history(id, at_seq))
@@ -219,3 +227,60 @@ class Sessions:
 
     def lineage(self, id: str) -> Lineage:
         return self._client._send(_calls.lineage(id))
+
+    # -- share links (spec 18) ---------------------------------------------------------------------------------------
+
+    def share(
+        self,
+        id: str,
+        up_to: int | str | None = None,
+        expires_in: str | None = None,
+        redact: Sequence[str] | None = None,
+    ) -> Share:
+        """A new read-only link to the session: ``up_to`` "head" (the default), "live" or a turn/end seq;
+        ``expires_in`` an ISO 8601 duration (default P30D); ``redact`` some of reasoning, tools, cwd, meta. Its
+        ``token`` (and ``url``) are shown this once. Needs a key with the share (or admin) scope."""
+        return self._client._send(_calls.share(id, up_to, expires_in, redact))
+
+    def shares(self, id: str) -> builtins.list[Share]:
+        """The session's links in force, oldest first (without their tokens)."""
+        return self._client._send(_calls.shares(id))
+
+    def unshare(self, id: str, share_id: str) -> None:
+        """Revoke a link: it leads nowhere from now on, and its open streams end."""
+        self._client._send(_calls.unshare(id, share_id))
+
+
+class Shared:
+    """A share link read by its token (spec 18): no key is needed to read it; :meth:`fork` needs a write key."""
+
+    def __init__(self, client: Forklog, token: str) -> None:
+        self._client = client
+        self.token = token
+
+    def get(self) -> Session:
+        """The shared session as the link shows it (no ``id``, ``instance`` or ``parentSession``)."""
+        return self._client._send(_calls.shared_get(self.token))
+
+    def events(self, from_seq: int = 0, page_size: int = 1000) -> Generator[Event, None, None]:
+        """The shared events (redacted as shared), every page."""
+        position = from_seq
+        while True:
+            page = self._client._send(_calls.shared_events_page(self.token, position, page_size))
+            yield from page.events
+            if page.last:
+                return
+            position = page.next_seq
+
+    def history(self) -> History:
+        return self._client._send(_calls.shared_history(self.token))
+
+    def tail(self, from_seq: int = 0) -> Generator[Event, None, None]:
+        """A live share's events from ``from_seq`` on, across disconnects, until the link is revoked, expires or
+        its session is deleted."""
+        state = TailState(self.token, from_seq, self._client.max_retries)
+        yield from self._client._follow(_calls.shared_path(self.token, "events", "stream"), state)
+
+    def fork(self) -> Session:
+        """Continue the shared part in a new session of the key's own tenant (``origin: "share"``, no parent)."""
+        return self._client._send(_calls.shared_fork(self.token))

@@ -55,9 +55,11 @@ def answer_wait(response: httpx.Response, problem: dict[str, Any], attempt: int)
     return asked if asked <= MAX_RETRY_AFTER else None
 
 
-def gone_after_retry(response: httpx.Response, problem: dict[str, Any], retry: int) -> bool:
-    """A delete's retry answered 404: an earlier attempt whose answer was lost deleted it."""
-    return retry > 0 and response.status_code == 404 and problem.get("code") == "SESSION_NOT_FOUND"
+def gone_after_retry(
+    response: httpx.Response, problem: dict[str, Any], retry: int, code: str = "SESSION_NOT_FOUND"
+) -> bool:
+    """A delete's retry answered 404 ``code``: an earlier attempt whose answer was lost deleted it."""
+    return retry > 0 and response.status_code == 404 and problem.get("code") == code
 
 
 def stream_ended(response: httpx.Response, problem: dict[str, Any]) -> bool:

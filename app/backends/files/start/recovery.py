@@ -27,6 +27,7 @@ from app.backends.files.checkpoints.records import RecordChain, decode_record, r
 from app.backends.files.disk.datadir import LOG_SUFFIX, DataDir, Space
 from app.backends.files.disk.fileops import FileKind, FileOps
 from app.backends.files.idempotency_journal import JOURNAL_NAME as REMEMBERED_NAME
+from app.backends.files.share_journal import SHARES_NAME
 from app.backends.files.start.log_check import CorruptLog, RecoveredLog, parse_header, recover_log, salvage_log
 from app.backends.files.start.parallel_checks import START_BYTES, FullChecks, Verdict, worker_count
 from app.backends.log_parts import resume_log
@@ -191,6 +192,8 @@ class Recovery:
                 continue
             elif space.tenant == DEFAULT_TENANT and kind == FileKind.REGULAR and name == REMEMBERED_NAME:
                 continue  # the idempotency records: reconciled by the backend once the sessions are loaded
+            elif space.tenant == DEFAULT_TENANT and kind == FileKind.REGULAR and name == SHARES_NAME:
+                continue  # the share links: folded by the backend once the sessions are loaded
             elif self._repair:  # old index files, a half-written journal, or planted: never read
                 self._remove_quietly(os.path.join(index_folder, name), kind)
         folder = str(space.sessions)

@@ -6,11 +6,11 @@ import { ConversationView } from "./conversation.js";
 import { confirmDelete, editDialog, forkDialog } from "./dialogs.js";
 import { formatCount, formatTime, h, replaceChildren, sessionHref, sessionLink } from "./dom.js";
 import { EventsView } from "./events.js";
-import { LineageTree } from "./lineage_tree.js";
 import { LiveState, LiveTail } from "./live.js";
 import { Conversation, LogIndex } from "./model.js";
 import { problemBox } from "./problem.js";
 import { ShareDialog } from "./share_dialog.js";
+import { LineageTree } from "./lineage_tree.js";
 
 const SCAN_PAGE = 10000; // the events route's largest page
 const LIVE_LABELS = {
@@ -94,7 +94,7 @@ export class SessionView {
         h("div", { class: "title-row" }, this.heading, this.liveBadge, this.reconnect),
         this.liveProblem,
         this.facts,
-        h("div", { class: "actions" }, this.forkButton, this.shareButton, this.deleteButton),
+        h("div", { class: "actions" }, this.forkButton, this.deleteButton),
         this.actionProblem,
       ),
       this.lineageBox,
@@ -102,6 +102,7 @@ export class SessionView {
       this.conversationPanel,
       this.eventsPanel,
     );
+    this.deleteButton.before(this.shareButton);
   }
 
   showTab(tab, params) {

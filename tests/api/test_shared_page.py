@@ -1,6 +1,6 @@
 """The shared page's route (spec 18): ``GET /ui/shared/{token}`` answers the read-only page with no key, a strict
 policy and no referrer; one plain "not found" page, the same bytes, for every token that leads to no share; the
-per-address share rate; and the token in no access log line."""
+per-address share rate; and the token in no access log line, metric or trace."""
 
 from __future__ import annotations
 
@@ -8,13 +8,20 @@ import json
 import logging
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.testclient import TestClient
 
+from app.api.app import create_app
+from app.api.settings import Settings
 from tests.api.builders import turn
-from tests.api.conftest import ClientFactory
+from tests.api.conftest import LOCAL, ClientFactory
+from tests.api.helpers import wait_ready
 
 pytestmark = pytest.mark.files_only
 
@@ -98,16 +105,29 @@ def test_the_page_counts_against_the_per_address_share_rate(make_client: ClientF
     assert token not in refused.text
 
 
-def test_the_token_is_in_no_access_log_line_of_the_page(
-    make_client: ClientFactory, caplog: pytest.LogCaptureFixture
+def test_the_token_is_in_no_access_log_line_metric_or_trace_of_the_page(
+    data_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client = make_client(share_rate=UNLIMITED)
-    demo(client)
-    token = share(client)["token"]
-    with caplog.at_level(logging.INFO):
-        assert client.get(f"/ui/shared/{token}").status_code == 200
-        assert client.get(f"/ui/shared/{token[:-1]}").status_code == 404
+    exported = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    app = create_app(Settings(data_dir=data_dir, fsync=False, share_rate=UNLIMITED), tracer_provider=provider)
+    with TestClient(app, base_url=LOCAL) as client:
+        wait_ready(client)
+        demo(client)
+        token = share(client)["token"]
+        exported.clear()
+        with caplog.at_level(logging.INFO):
+            assert client.get(f"/ui/shared/{token}").status_code == 200
+            assert client.get(f"/ui/shared/{token[:-1]}").status_code == 404
+        metrics = client.get("/metrics").text
     access = [json.loads(record.getMessage()) for record in caplog.records if record.name == "forklog.access"]
     assert [line["path"] for line in access] == ["/ui/shared/…", "/ui/shared/…"]
+    assert "/ui/shared/{token}" in metrics and token[:-1] not in metrics
+    spans = exported.get_finished_spans()
+    assert spans
+    for span in spans:
+        assert token[:-1] not in span.name
+        assert not [value for value in (span.attributes or {}).values() if token[:-1] in str(value)]
     service = [record.getMessage() for record in caplog.records if record.name.startswith("forklog")]
     assert service and not [line for line in service if token[:-1] in line]

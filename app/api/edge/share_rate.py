@@ -1,6 +1,7 @@
-"""The per-address rate of share reads (spec 18): every request to ``/shared/…`` takes a token of its client
-address's bucket (``FORKLOG_SHARE_RATE``, ``perSecond:burst``, default ``10:50``); beyond it ``429 RATE_LIMITED``
-with ``Retry-After``, before the token is even looked at. It bounds how fast anyone can try tokens, with or without
+"""The per-address rate of share reads (spec 18): every request to ``/shared/…`` (and to the shared page,
+``/ui/shared/…``, which looks its token up too) takes a token of its client address's bucket
+(``FORKLOG_SHARE_RATE``, ``perSecond:burst``, default ``10:50``); beyond it ``429 RATE_LIMITED`` with
+``Retry-After``, before the token is even looked at. It bounds how fast anyone can try tokens, with or without
 a key. Each process counts alone, as for key rates (spec 14); behind a proxy every client has the proxy's address.
 """
 
@@ -17,9 +18,10 @@ from app.api.wire.problems import send_problem
 from app.domain.errors import ErrorCode
 from app.domain.limits import RateLimit, TokenBucket
 
-__all__ = ["SHARED_PREFIX", "ShareRateLimiter"]
+__all__ = ["SHARED_PAGE_PREFIX", "SHARED_PREFIX", "ShareRateLimiter"]
 
 SHARED_PREFIX = "/shared/"
+SHARED_PAGE_PREFIX = "/ui/shared/"
 # Buckets of addresses not seen for this long are dropped (a full bucket is what a new one would be anyway).
 IDLE_SECONDS = 600.0
 
@@ -34,7 +36,7 @@ class ShareRateLimiter(Guard):
 
     async def refused(self, scope: Scope, send: Send) -> bool:
         """Whether the request, a share read over its address's rate, was refused (its answer sent)."""
-        if not scope["path"].startswith(SHARED_PREFIX):
+        if not scope["path"].startswith((SHARED_PREFIX, SHARED_PAGE_PREFIX)):
             return False
         client = scope.get("client")
         wait = self._take(client[0] if client else "-")

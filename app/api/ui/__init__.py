@@ -1,6 +1,8 @@
 """The files forklog serves to browsers itself (spec 11; no page it serves loads anything from another host).
 
 - ``page/``: the session browser, plain ES modules and CSS (no build step), served at ``/ui/``.
+- ``templates/``: the shared page and its "not found" page, which ``/ui/shared/{token}`` answers
+  (:mod:`app.api.routes.shared_page`).
 - ``vendor/``: the docs pages' Swagger UI and ReDoc bundles, served at ``/docs/assets/``; ``make vendor`` refreshes
   them from ``vendor/package-lock.json`` and ``vendor/VENDORED.json`` records their versions and digests.
 
@@ -19,9 +21,19 @@ from starlette.types import ASGIApp, Scope
 
 from app.api.routing.declarations import RouteSpec
 
-__all__ = ["DOCS_ASSETS", "PAGE_DIR", "UI_PATH", "VENDOR_DIR", "OpenFiles", "static_mounts"]
+__all__ = [
+    "DOCS_ASSETS",
+    "PAGE_DIR",
+    "PAGE_POLICY",
+    "TEMPLATES_DIR",
+    "UI_PATH",
+    "VENDOR_DIR",
+    "OpenFiles",
+    "static_mounts",
+]
 
 PAGE_DIR = Path(__file__).parent / "page"
+TEMPLATES_DIR = Path(__file__).parent / "templates"  # pages a route answers (the shared page), not served as files
 VENDOR_DIR = Path(__file__).parent / "vendor"
 UI_PATH = "/ui"
 DOCS_ASSETS = "/docs/assets"

@@ -102,7 +102,7 @@ export function messageElement(item, { sessionId, conversation, slots, onEdit, e
       { class: "message-head" },
       h("span", { class: "role" }, role),
       detail ? h("span", { class: "source" }, detail) : null,
-      item.seq >= 0 ? h("a", { class: "seq", href: `${sessionHref(sessionId, "events")}?from=${item.seq}`, title: "this event in the raw log" }, `#${item.seq}`) : null,
+      item.seq >= 0 && sessionId ? h("a", { class: "seq", href: `${sessionHref(sessionId, "events")}?from=${item.seq}`, title: "this event in the raw log" }, `#${item.seq}`) : null,
       turn !== null && onEdit
         ? h("button", { type: "button", class: "edit-fork", onclick: () => onEdit(turn, text, message) }, "Edit and fork")
         : null,
@@ -128,6 +128,6 @@ export function boundaryElement(item, { onFork }) {
     h("span", { class: "turn-end-label" }, `Turn ${item.turn} ended`),
     h("span", { class: `reason reason-${kind.replace(/[^a-z0-9-]/gi, "_")}` }, kind),
     h("span", { class: "muted" }, `#${item.seq}`),
-    h("button", { type: "button", class: "fork-here", onclick: () => onFork(item.seq, `the end of turn ${item.turn} (seq ${item.seq})`) }, "Fork here"),
+    onFork ? h("button", { type: "button", class: "fork-here", onclick: () => onFork(item.seq, `the end of turn ${item.turn} (seq ${item.seq})`) }, "Fork here") : null,
   );
 }

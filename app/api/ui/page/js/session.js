@@ -10,6 +10,8 @@ import { LifecycleView } from "./lifecycle.js";
 import { LiveState, LiveTail } from "./live.js";
 import { Conversation, LogIndex } from "./model.js";
 import { problemBox } from "./problem.js";
+import { ShareDialog } from "./share_dialog.js";
+import { LineageTree } from "./lineage_tree.js";
 
 const SCAN_PAGE = 10000; // the events route's largest page
 const LIVE_LABELS = {
@@ -56,6 +58,7 @@ export class SessionView {
     this.buildFrame();
     this.renderFacts();
     this.loadLineage();
+    this.offerSharing();
     this.conversationLoad = this.loadConversation();
     // A new key (or none) means a new stream URL: its ?access_token= is the key.
     this.unsubscribe = onKeyChange(() => this.tail?.start());
@@ -70,6 +73,7 @@ export class SessionView {
     this.facts = h("dl", { class: "facts" });
     this.forkButton = h("button", { type: "button", class: "primary", onclick: () => this.forkLatest() }, "Fork…");
     this.deleteButton = h("button", { type: "button", class: "danger", onclick: () => this.remove() }, "Delete…");
+    this.shareButton = h("button", { type: "button", class: "share", hidden: true, onclick: () => this.sharing.open() }, "Share…");
     this.actionProblem = h("div", { class: "action-problem" });
     this.lifecycle = new LifecycleView(this.id, {
       onChange: (session) => this.changed(session),
@@ -105,6 +109,7 @@ export class SessionView {
       this.conversationPanel,
       this.eventsPanel,
     );
+    this.deleteButton.before(this.shareButton);
   }
 
   showTab(tab, params) {
@@ -179,9 +184,12 @@ export class SessionView {
     const childLinks = children.map((child) =>
       h("li", {}, sessionLink(child.id), h("span", { class: "muted" }, ` seed ${formatCount(child.seedLength ?? 0)} · ${formatCount(child.eventCount)} events`)),
     );
+    this.tree ??= new LineageTree();
+    this.tree.show(this.session, this.lineage);
     replaceChildren(
       this.lineageBox,
       h("h2", {}, "Lineage"),
+      this.tree.element,
       h(
         "p",
         {},
@@ -197,6 +205,18 @@ export class SessionView {
       children.length ? h("ul", { class: "children" }, childLinks) : h("p", { class: "muted" }, "No children."),
       children.length ? h("p", {}, h("a", { href: `#/?parent=${encodeURIComponent(this.id)}&order=created` }, "List the children page by page")) : null,
     );
+  }
+
+  /** "Share…" shows where this key may share (spec 18: the `share` or `admin` scope). */
+  async offerSharing() {
+    this.sharing = new ShareDialog({
+      sessionId: this.id,
+      session: () => this.session,
+      turnEnds: () => (this.conversation?.boundaries ?? []).filter((boundary) => boundary.kind === "turn-end"),
+    });
+    const allowed = await this.sharing.allowed();
+    this.shareButton.hidden = !allowed;
+    this.shareButton.dataset.offered = String(allowed); // decided (a test waits for it)
   }
 
   /** The history, the log's boundaries and surface ops (read in pages), then the live tail from the end. */
@@ -346,6 +366,7 @@ export class SessionView {
     this.disposed = true;
     this.lifecycle?.dispose();
     this.tail?.stop();
+    this.tree?.dispose();
     this.unsubscribe?.();
   }
 }

@@ -94,7 +94,11 @@ def _note(staged: StagedEvents, event: dict[str, Any]) -> None:
             staged.surface_ops.append((seq, -1, -1))
     kind = event["type"]
     state = staged.state
-    if kind in _FOLDED:
+    if kind == "assistant/chunk":  # most events: a streamed chunk changes a figure only as a step's first token
+        opened = state.stats.open_step
+        if (opened is not None and opened[3] is None) or event["data"]["chunk"].get("type") == "usage":
+            state.stats = fold_stats(state.stats, event)
+    elif kind in _FOLDED:
         _fold(state, event)
     if kind == "turn/end":
         staged.turn_ends.append(seq)

@@ -7,7 +7,7 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
-from tests.api.builders import turn
+from tests.api.builders import as_seed, step_start, turn
 from tests.api.conftest import ClientFactory
 from tests.api.helpers import (
     NO_STATS,
@@ -19,7 +19,7 @@ from tests.api.helpers import (
     fork,
     get_session,
 )
-from tests.events import agent_step, agent_turn, step_end, turn_start, user_message
+from tests.events import agent_step, agent_turn, assistant_calls, step_end, turn_start, user_message
 
 STATIC = ("type", "data", "surfaceOp", "sourceEventSeqs")
 
@@ -224,3 +224,13 @@ def test_stats_and_open_turns_survive_a_restart(make_client: ClientFactory) -> N
     closed = again.post("/sessions/s/interrupt").json()["events"]
     assert [event["type"] for event in closed] == ["tool/result", "tool/result", "step/end", "turn/end"]
     assert append(again, "fork1", agent_turn(2, steps=1))["session"]["ownUsage"]["inputTokens"] == 100
+
+
+def test_closers_forklog_cannot_store_are_refused_and_nothing_is_appended(client: TestClient) -> None:
+    # DSH answers a tool-call block without an id with a result without a callId, which no log may hold.
+    message = assistant_calls(1, 1, [])
+    message["data"]["message"]["content"] = [{"type": "tool-call", "name": "read_file", "arguments": "{}"}]
+    create(client, id="s", seed=as_seed([turn_start(1), step_start(1), message]))
+    problem = assert_problem(client.post("/sessions/s/interrupt"), 422, "INVALID_EVENT")
+    assert problem["index"] == 0 and "callId" in problem["reason"]
+    assert get_session(client, "s")["eventCount"] == 3

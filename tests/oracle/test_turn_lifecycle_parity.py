@@ -186,7 +186,7 @@ def test_stats_equal_dsh_fold_after_every_append_of_a_long_session(dsh_oracle: O
             at += 1
         else:
             size = rng.randint(1, 4)
-            batch = []
+            batch: list[dict[str, Any]] = []
             while at < len(planned) and len(batch) < size and not planned[at].get("interrupt"):
                 batch.append(planned[at])
                 at += 1

@@ -37,11 +37,14 @@ class OpenFor(Enum):
 class StoreSettings:
     """Which store: the data directory ``place`` names, or the PostgreSQL database its ``postgresql://`` URL names
     (a ``str``); with ``memory``, a service's memory instead (nothing kept). A data directory syncs each change to
-    disk before it is answered, unless ``fsync`` is off."""
+    disk before it is answered, unless ``fsync`` is off. A database's reads may be served by the hot standbys that
+    ``read_place`` names (a ``postgresql://`` URL), once they replay within ``read_lag_max`` seconds."""
 
     place: Path | str
     memory: bool = False
     fsync: bool = True
+    read_place: str | None = None
+    read_lag_max: float = 1.0
 
     @classmethod
     def at(cls, place: str) -> StoreSettings:
@@ -81,7 +84,13 @@ def open_store(store: StoreSettings, use: OpenFor, *, every_event: bool = False)
     if isinstance(store.place, str):
         from app.backends.postgres import PostgresBackend
 
-        return PostgresBackend(store.place, clock=wall_clock_ms, wait=use is OpenFor.SERVE)
+        return PostgresBackend(
+            store.place,
+            clock=wall_clock_ms,
+            wait=use is OpenFor.SERVE,
+            read_url=store.read_place,
+            read_lag_max=store.read_lag_max,
+        )
     from app.backends.files import FileBackend
 
     return FileBackend(store.place, clock=wall_clock_ms, sync=store.fsync)

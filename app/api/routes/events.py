@@ -32,7 +32,9 @@ APPEND_EVENTS = RouteSpec(
     ),
     idempotent=True,
 )
-READ_EVENTS = RouteSpec("GET", "/sessions/{id}/events", Scope.READ, query=READ_QUERY, refusals=SESSION_ID)
+READ_EVENTS = RouteSpec(
+    "GET", "/sessions/{id}/events", Scope.READ, query=READ_QUERY, refusals=SESSION_ID, standby_reads=True
+)
 
 router = new_router()
 

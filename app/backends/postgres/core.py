@@ -25,6 +25,7 @@ from app.backends.base import (
     LimitsOf,
     Readiness,
 )
+from app.backends.database_url import standby_urls
 from app.backends.errors import Access, StartRefused, StorageUnavailable
 from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
 from app.backends.postgres import queries
@@ -33,11 +34,13 @@ from app.backends.postgres.changes import Doorbell, ReplicaChanges
 from app.backends.postgres.errors import DRIVER_ERRORS, database_errors, fails_for_good
 from app.backends.postgres.failover import PrimaryWatch
 from app.backends.postgres.pool import Connection, PoolSettings, connect, open_pool, redact
+from app.backends.postgres.read_replicas import PRIMARY_POSITION, ReadReplicas
 from app.backends.postgres.schema import migrate
 from app.backends.postgres.search import PostgresSearch
 from app.backends.postgres.state_fill import fill_old_states
 from app.backends.postgres.sweep import sweep_once
 from app.backends.postgres.tips import TipCache
+from app.backends.read_routing import standby_read
 from app.domain.ids import new_instance
 from app.domain.limits import NO_LIMITS
 from app.domain.session import SessionKey
@@ -82,6 +85,8 @@ class PostgresCore:
         orphan_grace_ms: int = ORPHAN_GRACE_MS,
         tip_cache_size: int = 1024,
         wait: bool = True,
+        read_url: str | None = None,
+        read_lag_max: float = 1.0,
     ) -> None:
         self._url = url
         self._wait = wait
@@ -104,6 +109,12 @@ class PostgresCore:
         self._watch = PrimaryWatch(url, self._settings, self._drop_connections)
         self._sweeper = Periodic("forklog-sweep", sweep_interval, self._sweep_once)
         self._limits_of: LimitsOf = lambda tenant: NO_LIMITS
+        # Hot standbys for the reads that may use them (spec 6, Read replicas): see read_replicas.py.
+        self.replicas: ReadReplicas | None = None
+        if read_url is not None:
+            self.replicas = ReadReplicas(
+                standby_urls(read_url), self._settings, lag_max=read_lag_max, primary_position=self._wal_position
+            )
 
     @functools.cached_property  # one object for the life of the backend, looked at on every fork and delete
     def capabilities(self) -> Capabilities:
@@ -190,6 +201,8 @@ class PostgresCore:
         await self._feed.stop()
         await self._doorbell.stop()
         await self._sweeper.stop()
+        if self.replicas is not None:
+            await self.replicas.close()
         pool, self._pool = self._pool, None
         if pool is not None:
             try:
@@ -210,8 +223,27 @@ class PostgresCore:
 
     @contextlib.asynccontextmanager
     async def _connection(self, access: Access) -> AsyncIterator[Connection]:
-        """A connection of the pool for a read or a change; the driver's errors of what runs on it are translated
+        """A connection for a read or a change: a standby's for a standby read (:mod:`app.backends.read_routing`)
+        once it has replayed far enough, else the primary's; the driver's errors of what runs on it are translated
         (a change whose connection is lost once taken: its outcome is unknown)."""
+        read = standby_read() if access is Access.READ and self.replicas is not None else None
+        if read is not None and self.replicas is not None:
+            async with self.replicas.connection(read) as standby:
+                if standby is not None:
+                    with database_errors(access):
+                        yield standby
+                    return
+        async with self._primary(access) as conn:
+            yield conn
+
+    async def _wal_position(self) -> int:
+        """The primary's flushed WAL position: every change acknowledged so far committed at or before it."""
+        async with self._primary(Access.READ) as conn:
+            return int(await conn.fetchval(PRIMARY_POSITION))
+
+    @contextlib.asynccontextmanager
+    async def _primary(self, access: Access) -> AsyncIterator[Connection]:
+        """A connection of the primary's pool (see :meth:`_connection`)."""
         pool = self._pool
         if pool is None:
             raise access.refused("the database is not connected yet")

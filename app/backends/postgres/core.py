@@ -230,9 +230,11 @@ class PostgresCore:
         if read is not None and self.replicas is not None:
             async with self.replicas.connection(read) as standby:
                 if standby is not None:
+                    self.observer.standby_read("standby")
                     with database_errors(access):
                         yield standby
                     return
+            self.observer.standby_read("primary")
         async with self._primary(access) as conn:
             yield conn
 

@@ -73,7 +73,9 @@ async def open_on(url: str, kept: list[PostgresBackend], **options: Any) -> Post
     return backend
 
 
-async def reader_of(replica: DelayedStandby, kept: list[PostgresBackend], lag_max: float) -> tuple[PostgresBackend, ServedBy]:
+async def reader_of(
+    replica: DelayedStandby, kept: list[PostgresBackend], lag_max: float
+) -> tuple[PostgresBackend, ServedBy]:
     reader = await open_on(replica.primary_url(), kept, read_url=replica.standby_url(), read_lag_max=lag_max)
     served = ServedBy()
     reader.observer = served
@@ -152,7 +154,9 @@ async def test_an_append_is_seen_by_the_next_standby_read_of_its_events(
     assert served.counts["standby"] >= 2 and served.counts["primary"] == 0
 
 
-async def test_a_caught_up_standby_serves_reads_at_once(replica: DelayedStandby, backends: list[PostgresBackend]) -> None:
+async def test_a_caught_up_standby_serves_reads_at_once(
+    replica: DelayedStandby, backends: list[PostgresBackend]
+) -> None:
     writer = await open_on(replica.primary_url(), backends)
     reader, served = await reader_of(replica, backends, lag_max=2.0)
     await writer.create(key("settled"), new_instance(), {}, SeedLog(seed_log(turn(1), now=NOW)))

@@ -1,7 +1,7 @@
 """``make bench`` (``python -m bench``): forklog beside its baselines, one table. See bench/README.md.
 
 Settings (environment): BENCH_ONLY (fork,appends,restart,cold,stream,keys,limits,postgres,small,metrics,
-sidebar),
+sidebar,standby),
 BENCH_RUNS, BENCH_RUNS_1M,
 BENCH_FORK_SIZES, BENCH_CLIENTS, BENCH_APPEND_SECONDS, BENCH_APPEND_RUNS, BENCH_RESTART_BYTES,
 BENCH_RESTART_SESSION_EVENTS, BENCH_RESTART_RUNS, BENCH_COLD_BYTES, BENCH_PG_FORK_SIZES, BENCH_TAIL_APPENDS,
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import orjson
 
-from bench import appends, cold, fork, keys, limits, metrics, postgres, restart, sidebar, small, stream
+from bench import appends, cold, fork, keys, limits, metrics, postgres, restart, sidebar, small, standby, stream
 from bench.load import have_wrk
 from bench.report import Row, render
 from bench.util import fdatasync_latency, log
@@ -39,6 +39,7 @@ SECTIONS: dict[str, Callable[[Path], list[Row]]] = {
     "small": small.run,
     "metrics": metrics.run,
     "sidebar": sidebar.run,
+    "standby": standby.run,
 }
 
 

@@ -43,8 +43,8 @@ logger = logging.getLogger("forklog.storage")
 PRIMARY_POSITION = "SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint"
 REPLAY_POSITION = "SELECT (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint"  # NULL on a server not in recovery
 RETRY_LOST = 1.0  # seconds between two tries of a standby that failed
-POLL_FIRST = 0.001  # seconds before a lagging standby's replay position is asked again; doubled up to POLL_MAX
-POLL_MAX = 0.02
+POLL_FIRST = 0.0005  # seconds before a lagging standby's replay position is asked again; doubled up to POLL_MAX
+POLL_MAX = 0.002  # (one question a round for every read waiting on the standby: cheap)
 CHECK_TIMEOUT = 1.0  # seconds a standby may take to answer its replay position before it counts as lost
 
 T = TypeVar("T")

@@ -45,6 +45,7 @@ REPLAY_POSITION = "SELECT (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint"  #
 RETRY_LOST = 1.0  # seconds between two tries of a standby that failed
 POLL_FIRST = 0.0005  # seconds before a lagging standby's replay position is asked again; doubled up to POLL_MAX
 POLL_MAX = 0.002  # (one question a round for every read waiting on the standby: cheap)
+ACQUIRE_AT_LEAST = 0.25  # seconds a read may wait for a standby's connection, even past the lag allowed
 CHECK_TIMEOUT = 1.0  # seconds a standby may take to answer its replay position before it counts as lost
 
 T = TypeVar("T")
@@ -132,9 +133,12 @@ class Standby:
             return _replay_position(await conn.fetchval(REPLAY_POSITION, timeout=CHECK_TIMEOUT))
 
     @contextlib.asynccontextmanager
-    async def connection(self, fence: int, deadline: float) -> AsyncIterator[Connection | None]:
-        """A connection to this standby once it has replayed ``fence`` (waiting until ``deadline`` at most), or
-        None: it lags past the deadline, or it failed (then it is passed over for a while)."""
+    async def connection(
+        self, fence: Callable[[], Awaitable[int]], deadline: float
+    ) -> AsyncIterator[Connection | None]:
+        """A connection to this standby once it has replayed the position ``fence`` gives (waiting until ``deadline``
+        at most), or None: it lags past the deadline, or it failed (then it is passed over for a while). The fence
+        is awaited only once the connection has told its replay position: the two questions go out together."""
         conn: PoolConnectionProxy[asyncpg.Record] | None = None
         pool: asyncpg.Pool | None = None
         try:
@@ -142,29 +146,36 @@ class Standby:
             while True:
                 remaining = deadline - time.monotonic()
                 pool = await self._pool_now()
-                conn = await pool.acquire(timeout=max(0.05, min(CHECK_TIMEOUT, remaining)))
+                # A connection taken within the time left to wait (a quarter of a second at least: a new one is made
+                # in milliseconds); a standby that cannot give one in time is passed over for a while.
+                conn = await pool.acquire(timeout=min(CHECK_TIMEOUT, max(ACQUIRE_AT_LEAST, remaining)))
                 position = _replay_position(await conn.fetchval(REPLAY_POSITION, timeout=CHECK_TIMEOUT))
-                if position >= fence:
+                wanted = await fence()
+                if position >= wanted:
                     break
                 await pool.release(conn)
                 conn = None
                 # Behind: wait with every other read waiting on this standby (one question a round), then look again.
-                while position < fence:
+                while position < wanted:
                     if time.monotonic() + delay > deadline:
                         self._lag(True)
                         break
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, POLL_MAX)
                     position = await self.replayed.after(time.monotonic())
-                if position < fence:
+                if position < wanted:
                     break
         except STANDBY_FAILURES as exc:
             if conn is not None and pool is not None:
-                conn.terminate()
-                with contextlib.suppress(*DRIVER_ERRORS):
+                with contextlib.suppress(*DRIVER_ERRORS):  # (a connection lost is given back to its pool already)
+                    conn.terminate()
                     await pool.release(conn)
                 conn = None
             await self._lost(exc)
+        except BaseException:  # the fence failed (the primary is down), or the read was cancelled
+            if conn is not None and pool is not None:
+                await pool.release(conn)
+            raise
         else:
             self._back()
             if conn is not None:
@@ -240,20 +251,33 @@ class ReadReplicas:
     async def connection(self, read: StandbyRead) -> AsyncIterator[Connection | None]:
         """A standby's connection that sees every change acknowledged before ``read.since``; None: use the primary
         (no standby reached the fence within ``lag_max``, or none answers)."""
-        if read.fence is None:
-            read.fence = await self.fences.after(read.since)
-        fence = read.fence
+        # Asked now, awaited once a standby's connection has told its replay position (one round trip, not two);
+        # not at all if no standby is tried.
+        asked = asyncio.ensure_future(self.fences.after(read.since)) if read.fence is None else None
+
+        async def fence() -> int:
+            if read.fence is None:
+                assert asked is not None
+                read.fence = await asked
+            return read.fence
+
         deadline = read.since + self.lag_max
         start, self._next = self._next, self._next + 1
         count = len(self.standbys)
-        for offset in range(count):
-            standby = self.standbys[(start + offset) % count]
-            if not standby.usable:
-                continue
-            async with standby.connection(fence, deadline) as conn:
-                if conn is not None:
-                    yield conn
-                    return
+        try:
+            for offset in range(count):
+                standby = self.standbys[(start + offset) % count]
+                if not standby.usable:
+                    continue
+                async with standby.connection(fence, deadline) as conn:
+                    if conn is not None:
+                        yield conn
+                        return
+        finally:
+            if asked is not None and not asked.done():
+                asked.cancel()  # (the round itself goes on for the reads that share it)
+            elif asked is not None:
+                _retrieve(asked)
         self.primary_reads += 1
         yield None
 

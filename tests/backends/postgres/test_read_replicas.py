@@ -233,3 +233,19 @@ async def test_a_read_url_that_names_a_primary_reads_from_the_primary(
 
     assert (await timed_find(reader, "mine"))[0]
     assert served.counts == {"primary": 1}
+
+
+async def test_concurrent_standby_reads_share_the_primary_position_questions(
+    replica: DelayedStandby, backends: list[PostgresBackend]
+) -> None:
+    writer = await open_on(replica.primary_url(), backends)
+    reader, served = await reader_of(replica, backends, lag_max=2.0)
+    await writer.create(key("popular"), new_instance(), {}, SeedLog(seed_log(turn(1), now=NOW)))
+    replicas = reader.replicas
+    assert replicas is not None
+
+    found = await asyncio.gather(*(timed_find(reader, "popular") for _ in range(200)))
+
+    assert all(seen for seen, _ in found)
+    assert served.counts == {"standby": 200}
+    assert replicas.fences.rounds <= 5, f"{replicas.fences.rounds} questions to the primary for 200 reads"

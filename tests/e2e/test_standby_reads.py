@@ -88,7 +88,7 @@ def append(server: Server, session: str, events: list[dict[str, Any]]) -> int:
 def test_a_client_never_misses_its_own_write_reading_through_a_delayed_standby(
     replica: DelayedStandby, start_server: StartServer
 ) -> None:
-    writer, reader = writer_and_reader(replica, start_server, "2")
+    writer, reader = writer_and_reader(replica, start_server, "5")
     before = served_by(reader)
 
     for number in range(3):
@@ -118,7 +118,7 @@ def test_a_client_never_misses_its_own_write_reading_through_a_delayed_standby(
 def test_long_polls_and_tails_on_the_reader_get_the_writers_appends(
     replica: DelayedStandby, start_server: StartServer
 ) -> None:
-    writer, reader = writer_and_reader(replica, start_server, "2")
+    writer, reader = writer_and_reader(replica, start_server, "5")
     assert writer.post("/sessions", {"id": "tailed"}).status_code == 201
     first = append(writer, "tailed", message(1, "one"))
 

@@ -125,7 +125,7 @@ async def test_a_standby_read_sees_a_create_another_backend_just_acknowledged(
     replica: DelayedStandby, backends: list[PostgresBackend]
 ) -> None:
     writer = await open_on(replica.primary_url(), backends)
-    reader, served = await reader_of(replica, backends, lag_max=2.0)
+    reader, served = await reader_of(replica, backends, lag_max=5.0)
 
     for number in range(3):
         await writer.create(key(f"fresh-{number}"), new_instance(), {}, SeedLog(seed_log(turn(1), now=NOW)))
@@ -139,7 +139,7 @@ async def test_an_append_is_seen_by_the_next_standby_read_of_its_events(
     replica: DelayedStandby, backends: list[PostgresBackend]
 ) -> None:
     writer = await open_on(replica.primary_url(), backends)
-    reader, served = await reader_of(replica, backends, lag_max=2.0)
+    reader, served = await reader_of(replica, backends, lag_max=5.0)
     await writer.create(key("grown"), new_instance(), {}, SeedLog(seed_log(turn(1), now=NOW)))
     tip = await writer.tip(key("grown"), refresh=True)
     assert tip is not None
@@ -158,7 +158,7 @@ async def test_a_caught_up_standby_serves_reads_at_once(
     replica: DelayedStandby, backends: list[PostgresBackend]
 ) -> None:
     writer = await open_on(replica.primary_url(), backends)
-    reader, served = await reader_of(replica, backends, lag_max=2.0)
+    reader, served = await reader_of(replica, backends, lag_max=5.0)
     await writer.create(key("settled"), new_instance(), {}, SeedLog(seed_log(turn(1), now=NOW)))
     await asyncio.sleep(APPLY_DELAY * 2)
 
@@ -173,7 +173,7 @@ async def test_a_stream_look_after_a_change_waits_for_that_change(
     replica: DelayedStandby, backends: list[PostgresBackend]
 ) -> None:
     writer = await open_on(replica.primary_url(), backends)
-    reader, _ = await reader_of(replica, backends, lag_max=2.0)
+    reader, _ = await reader_of(replica, backends, lag_max=5.0)
     with standby_reads():
         assert await reader.find(key("later")) is None  # the request's first look: nothing yet
         await writer.create(key("later"), new_instance(), {}, SeedLog(seed_log(turn(1), now=NOW)))
@@ -202,7 +202,7 @@ async def test_a_stopped_standby_costs_no_error_and_serves_again_once_back(
     replica: DelayedStandby, backends: list[PostgresBackend]
 ) -> None:
     writer = await open_on(replica.primary_url(), backends)
-    reader, served = await reader_of(replica, backends, lag_max=2.0)
+    reader, served = await reader_of(replica, backends, lag_max=5.0)
     await writer.create(key("kept"), new_instance(), {}, SeedLog(seed_log(turn(1), now=NOW)))
     assert (await timed_find(reader, "kept"))[0]
     assert served.counts == {"standby": 1}
@@ -239,7 +239,7 @@ async def test_concurrent_standby_reads_share_the_primary_position_questions(
     replica: DelayedStandby, backends: list[PostgresBackend]
 ) -> None:
     writer = await open_on(replica.primary_url(), backends)
-    reader, served = await reader_of(replica, backends, lag_max=2.0)
+    reader, served = await reader_of(replica, backends, lag_max=5.0)
     await writer.create(key("popular"), new_instance(), {}, SeedLog(seed_log(turn(1), now=NOW)))
     replicas = reader.replicas
     assert replicas is not None

@@ -105,6 +105,7 @@ class Standby:
         self.where = redact(url)
         self._settings = settings
         self._pool: asyncpg.Pool | None = None
+        self._making_pool = asyncio.Lock()  # (made at the first read: two reads at once make one)
         self._failed_at: float | None = None  # while lost: when it last failed
         self._lagging = False
         self.replayed: RoundQuery[int] = RoundQuery(self._ask_replayed)
@@ -117,14 +118,16 @@ class Standby:
 
     async def _pool_now(self) -> asyncpg.Pool:
         if self._pool is None:
-            self._pool = await asyncpg.create_pool(
-                self.url,
-                min_size=0,
-                max_size=self._settings.max_size,
-                timeout=self._settings.connect_timeout,
-                command_timeout=self._settings.command_timeout,
-                max_inactive_connection_lifetime=60.0,
-            )
+            async with self._making_pool:
+                if self._pool is None:
+                    self._pool = await asyncpg.create_pool(
+                        self.url,
+                        min_size=0,
+                        max_size=self._settings.max_size,
+                        timeout=self._settings.connect_timeout,
+                        command_timeout=self._settings.command_timeout,
+                        max_inactive_connection_lifetime=60.0,
+                    )
         return self._pool
 
     async def _ask_replayed(self) -> int:
@@ -209,10 +212,9 @@ class Standby:
                 type(exc).__name__,
                 exc,
             )
+        # Passed over for a while; its pool is kept (reads still running on it end as they do: a pool that was
+        # only busy loses nothing), and the connection that failed was terminated.
         self._failed_at = time.monotonic()
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.terminate()  # its connections may hang (a paused server): the next try connects anew
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None

@@ -8,6 +8,8 @@ wait for it would miss the write just acknowledged."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -18,7 +20,7 @@ import pytest
 from app.backends.base import SeedLog
 from app.backends.observer import StorageObserver
 from app.backends.postgres import PostgresBackend
-from app.backends.postgres.read_replicas import RETRY_LOST, RoundQuery
+from app.backends.postgres.read_replicas import CHECK_TIMEOUT, RETRY_LOST, RoundQuery
 from app.backends.read_routing import read_from_now, standby_reads
 from app.domain.clock import wall_clock_ms
 from app.domain.ids import new_instance
@@ -27,7 +29,7 @@ from app.domain.session import DEFAULT_TENANT, SessionKey
 from app.domain.staging_rules import stage
 from tests.backends.test_contract import NOW, turn
 from tests.support.postgres import find_server_bindir
-from tests.support.replication import DelayedStandby
+from tests.support.replication import DelayedStandby, server_processes
 
 pytestmark = pytest.mark.anyio
 
@@ -249,3 +251,26 @@ async def test_concurrent_standby_reads_share_the_primary_position_questions(
     assert all(seen for seen, _ in found)
     assert served.counts == {"standby": 200}
     assert replicas.fences.rounds <= 5, f"{replicas.fences.rounds} questions to the primary for 200 reads"
+
+
+async def test_a_paused_standby_costs_a_second_at_most_and_no_error(
+    replica: DelayedStandby, backends: list[PostgresBackend]
+) -> None:
+    writer = await open_on(replica.primary_url(), backends)
+    reader, served = await reader_of(replica, backends, lag_max=5.0)
+    await writer.create(key("paused"), new_instance(), {}, SeedLog(seed_log(turn(1), now=NOW)))
+    assert (await timed_find(reader, "paused"))[0]  # a connection to the standby is open in the reader's pool
+
+    stopped = server_processes(replica.standby)
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)  # its sockets stay open and answer nothing: a network cut
+    try:
+        timings = [await timed_find(reader, "paused") for _ in range(3)]
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+
+    assert all(found for found, _ in timings)
+    assert timings[0][1] < 2 * CHECK_TIMEOUT, timings  # the standby's silence, bounded
+    assert max(seconds for _, seconds in timings[1:]) < 0.5, timings  # then passed over at once
+    assert served.counts == {"standby": 1, "primary": 3}

@@ -1,11 +1,12 @@
 """``make bench`` (``python -m bench``): forklog beside its baselines, one table. See bench/README.md.
 
 Settings (environment): BENCH_ONLY (fork,appends,restart,cold,stream,keys,limits,postgres,small,metrics,
-sidebar,standby),
+sidebar,at-rest,pg_bytes,standby),
 BENCH_RUNS, BENCH_RUNS_1M,
 BENCH_FORK_SIZES, BENCH_CLIENTS, BENCH_APPEND_SECONDS, BENCH_APPEND_RUNS, BENCH_RESTART_BYTES,
 BENCH_RESTART_SESSION_EVENTS, BENCH_RESTART_RUNS, BENCH_COLD_BYTES, BENCH_PG_FORK_SIZES, BENCH_TAIL_APPENDS,
-BENCH_SMALL_SESSIONS, BENCH_SIDEBAR_SESSIONS,
+BENCH_SMALL_SESSIONS, BENCH_SIDEBAR_SESSIONS, BENCH_AT_REST_SESSIONS, BENCH_AT_REST_TURNS, BENCH_COMPRESSION,
+BENCH_PG_BYTES_SESSIONS, BENCH_PG_BYTES_TURNS,
 BENCH_DIR, BENCH_KEEP, BENCH_JSON, BENCH_NODE_HEAP_MB, BENCH_LOADGEN.
 """
 
@@ -22,7 +23,22 @@ from pathlib import Path
 
 import orjson
 
-from bench import appends, cold, fork, keys, limits, metrics, postgres, restart, sidebar, small, standby, stream
+from bench import (
+    appends,
+    bytes_at_rest,
+    cold,
+    fork,
+    keys,
+    limits,
+    metrics,
+    pg_bytes,
+    postgres,
+    restart,
+    sidebar,
+    small,
+    standby,
+    stream,
+)
 from bench.load import have_wrk
 from bench.report import Row, render
 from bench.util import fdatasync_latency, log
@@ -36,10 +52,12 @@ SECTIONS: dict[str, Callable[[Path], list[Row]]] = {
     "keys": keys.run,
     "limits": limits.run,
     "postgres": postgres.run,
+    "pg_bytes": pg_bytes.run,
     "small": small.run,
     "metrics": metrics.run,
     "sidebar": sidebar.run,
     "standby": standby.run,
+    "at-rest": bytes_at_rest.run,
 }
 
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from bench.report import Row
-from bench.restart import build, parse_all
+from bench.restart import build, compression, parse_all
 from bench.util import Client, env_int, human_bytes, log, median, running, start_forklog, vm_hwm_bytes
 
 NOTE = {"type": "bench/note", "data": {"note": "right after the cold start"}}
@@ -102,7 +102,7 @@ def run(work: Path) -> list[Row]:
         crash_times.append(next_start(data, logs))
         log(f"cold: after kill -9 right after a first start {r + 1}/{runs}: ready after {crash_times[-1]:.2f} s")
     parse_s, first_s, crash_s = median(parse_times), median(first_times), median(crash_times)
-    label = f"{human_bytes(stored)}, {files} sessions, {events:,} events"
+    label = f"{compression()}, {human_bytes(stored)} of raw JSONL, {files} sessions, {events:,} events"
     return [
         Row(
             "Cold start",

@@ -22,8 +22,10 @@ import time
 import uuid
 from pathlib import Path
 
+from app.domain.dsh_frames import decode_log
 from bench import dsh, gen
 from bench.report import Row, skipped
+from bench.restart import compression
 from bench.small import wait_for_checkpoints
 from bench.util import (
     Client,
@@ -165,11 +167,14 @@ def run(work: Path) -> list[Row]:
     sessions = data / "sessions"
     copies = data / "copies"  # same file system as the sessions
     copies.mkdir(parents=True, exist_ok=True)
+    encoding = compression()
+    gen.record_compression(data, encoding)
+    suffix = ".jsonl.zstd" if encoding == "zstd" else ".jsonl"
     files: dict[int, Path] = {}
     for i, n in enumerate(sizes()):
         started = time.perf_counter()
-        size = gen.write_session(sessions, session_id(n), n, created_at=1_700_000_000_000 + i)
-        files[n] = sessions / f"{session_id(n)}.jsonl"
+        size = gen.write_session(sessions, session_id(n), n, created_at=1_700_000_000_000 + i, compression=encoding)
+        files[n] = sessions / f"{session_id(n)}{suffix}"
         log(f"fork: wrote {human_count(n)} events ({human_bytes(size)}) in {time.perf_counter() - started:.1f} s")
 
     rows: list[Row] = []
@@ -200,7 +205,7 @@ def run(work: Path) -> list[Row]:
             client.expect(201, "POST", "/sessions", {"id": sid})
             for turn in gen.appended_turns(n, turns):
                 client.expect(201, "POST", f"/sessions/{sid}/events", {"events": turn})
-            path = sessions / f"{sid}.jsonl"
+            path = sessions / f"{sid}{suffix}"
             size = path.stat().st_size
             log(
                 f"fork: appended {human_count(n)} events in {turns} turns ({human_bytes(size)}) in "
@@ -208,7 +213,7 @@ def run(work: Path) -> list[Row]:
             )
             copy_s, fork_s, snap_s, fork_times = time_forks(client, sid, path, copies, runs_for(n))
             log(f"fork: appended {human_count(n)}: copy {copy_s * 1e3:.1f} ms, fork {fork_s * 1e3:.1f} ms")
-            label = f"{human_count(n)} events in {turns} turns built by appends ({human_bytes(size)})"
+            label = f"{human_count(n)} events in {turns} turns built by appends ({encoding}, {human_bytes(size)})"
             rows += fork_rows(label, copy_s, fork_s, snap_s, fork_times, target=1.5)
         client.close()
     rows.append(
@@ -239,6 +244,10 @@ def dsh_rows(files: dict[int, Path], forks: dict[int, float]) -> list[Row]:
         return [skipped("DSH", f"{human_count(n)} events: DSH in-memory fork", ready, target(n)) for n in files]
     rows = []
     for n, path in files.items():
+        if path.name.endswith(".zstd"):  # DSH's fork timing reads the raw log: the same lines, decompressed
+            raw = path.with_name(path.name.removesuffix(".zstd") + ".raw.jsonl")
+            raw.write_bytes(decode_log(path.read_bytes()))
+            path = raw
         result = dsh.time_fork(ready, path, runs_for(n))
         if isinstance(result, str):
             rows.append(skipped("DSH", f"{human_count(n)} events: DSH in-memory fork", result, target(n)))

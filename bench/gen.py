@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from app.domain.dsh_frames import COMPACT_LEVEL, encode_log
+
 EVENTS_PER_TURN = 213  # with the default 100 chunks per step
 FIXED_PER_TURN = 13  # every event of a turn but its chunks
 _WORDS = [
@@ -161,12 +163,26 @@ def event_lines(n_events: int) -> bytes:
     return b"".join(orjson.dumps(e) + b"\n" for e in iter_events(n_events))
 
 
-def write_session(sessions_dir: Path, session_id: str, n_events: int, *, created_at: int, body: bytes = b"") -> int:
-    """Write ``<sessions_dir>/<id>.jsonl``; return its size in bytes. ``body`` reuses lines made earlier."""
+def write_session(
+    sessions_dir: Path, session_id: str, n_events: int, *, created_at: int, body: bytes = b"", compression: str = "none"
+) -> int:
+    """Write ``<sessions_dir>/<id>.jsonl`` (``.jsonl.zstd``: DSH's frames, as forklog's compaction leaves them, with
+    ``compression="zstd"``: see :func:`record_compression`); return its size in bytes. ``body`` reuses lines made
+    earlier."""
     sessions_dir.mkdir(parents=True, exist_ok=True)
     lines = body or event_lines(n_events)
+    if compression == "zstd":
+        path = sessions_dir / f"{session_id}.jsonl.zstd"
+        path.write_bytes(encode_log(header_line(session_id, created_at), lines, COMPACT_LEVEL))
+        return os.path.getsize(path)
     path = sessions_dir / f"{session_id}.jsonl"
     with open(path, "wb") as handle:
         handle.write(header_line(session_id, created_at))
         handle.write(lines)
     return os.path.getsize(path)
+
+
+def record_compression(data_dir: Path, compression: str) -> None:
+    """Record the data directory's encoding as forklog does (a directory without the record is ``none``)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "format.json").write_bytes(orjson.dumps({"compression": compression}) + b"\n")

@@ -12,11 +12,13 @@ peak is shown beside it.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
 
 import orjson
+import zstandard
 
 from bench import gen
 from bench.report import Row
@@ -24,24 +26,45 @@ from bench.small import wait_for_checkpoints
 from bench.util import env_int, human_bytes, log, median, running, start_forklog, vm_hwm_bytes
 
 
+def compression() -> str:
+    """The encoding of the data directories the restart and cold-start rows fill (``BENCH_COMPRESSION``: ``zstd``,
+    a new directory's default, or ``none``)."""
+    return os.environ.get("BENCH_COMPRESSION", "zstd")
+
+
 def build(data: Path, total_bytes: int, events_per_session: int) -> tuple[int, int, int]:
-    """Fill ``data/sessions``; return (files, bytes, events)."""
+    """Fill ``data/sessions`` with ``total_bytes`` of raw JSONL, in the encoding :func:`compression` names; return
+    (files, bytes, events). The bytes are the raw JSONL's, whatever the encoding, so that both fill alike."""
     sessions = data / "sessions"
+    encoding = compression()
+    gen.record_compression(data, encoding)
     body = gen.event_lines(events_per_session)
+    raw_size = len(body) + 200
     files = written = 0
     while written < total_bytes:
-        written += gen.write_session(
-            sessions, f"bench-restart-{files:05d}", events_per_session, created_at=1_700_000_000_000 + files, body=body
+        gen.write_session(
+            sessions,
+            f"bench-restart-{files:05d}",
+            events_per_session,
+            created_at=1_700_000_000_000 + files,
+            body=body,
+            compression=encoding,
         )
+        written += raw_size
         files += 1
     return files, written, files * events_per_session
 
 
 def parse_all(sessions: Path) -> float:
-    """Seconds to read every file and ``orjson.loads`` each of its lines."""
+    """Seconds to read every file (decompressing a ``.jsonl.zstd`` one whole, across its frames) and
+    ``orjson.loads`` each of its lines."""
     started = time.perf_counter()
+    decompressor = zstandard.ZstdDecompressor()
     for path in sorted(sessions.iterdir()):
-        for line in path.read_bytes().split(b"\n"):
+        data = path.read_bytes()
+        if path.name.endswith(".zstd"):
+            data = decompressor.stream_reader(data, read_across_frames=True).read()
+        for line in data.split(b"\n"):
             if line:
                 orjson.loads(line)
     return time.perf_counter() - started
@@ -95,7 +118,7 @@ def run(work: Path) -> list[Row]:
         peaks.append(peak)
         log(f"restart: after a clean stop {r + 1}/{runs}: ready after {ready:.2f} s, VmHWM {human_bytes(peak)}")
     parse_s, ready_s, killed_s, peak = median(parse_times), median(ready_times), median(killed_times), max(peaks)
-    label = f"{human_bytes(stored)}, {files} sessions, {events:,} events"
+    label = f"{compression()}, {human_bytes(stored)} of raw JSONL, {files} sessions, {events:,} events"
     return [
         Row(
             "Restart",

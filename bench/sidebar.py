@@ -219,7 +219,8 @@ async def _postgres_listing(count: int) -> list[Row]:
 
 
 # Copies of the session s0 (made through the backend) as s1 .. s{N-1}, each with its own log, events, checkpoint and
-# search row: its words service0 and region0 become service{n} and region{n} (each after the tenant's tag, $2).
+# search row: its words service0 and region0 become service{n} and region{n} (each after the tenant's tag, $2). Its
+# one turn is a pack under 1 KiB, stored as it is (not compressed), so its text can be edited here.
 _PG_COPY = """
 CREATE TEMP TABLE numbers AS SELECT n FROM generate_series(1, $1::int - 1) AS n;
 CREATE TEMP TABLE template AS SELECT * FROM forklog_sessions WHERE id = 's0';
@@ -230,6 +231,11 @@ INSERT INTO forklog_logs SELECT * FROM log_copies;
 INSERT INTO forklog_events (log, seq, line)
     SELECT 1000000 + n, seq, replace(line, 'service0 to region0', 'service' || n || ' to region' || n)
     FROM forklog_events, numbers WHERE log = (SELECT log FROM template);
+INSERT INTO forklog_packs (log, seq, count, size, compressed, body)
+    SELECT 1000000 + n, seq, count, octet_length(copied.body), false, copied.body
+    FROM forklog_packs, numbers, LATERAL (SELECT convert_to(replace(convert_from(body, 'UTF8'), 'service0 to region0',
+        'service' || n || ' to region' || n), 'UTF8') AS body) AS copied
+    WHERE log = (SELECT log FROM template);
 INSERT INTO forklog_surface (log, seq, start_seq, end_seq)
     SELECT 1000000 + n, seq, start_seq, end_seq FROM forklog_surface, numbers WHERE log = (SELECT log FROM template);
 INSERT INTO forklog_turn_ends (log, seq, time, checkpoint)

@@ -13,10 +13,20 @@ import pytest
 
 from app.backends.postgres.schema import migrate
 from tests.support import alone, node_ids
-from tests.support.pg_fixtures import pg_cluster, pg_server, pg_url
+from tests.support.pg_fixtures import pg_bouncer, pg_cluster, pg_server, pg_url, through_bouncer
+from tests.support.pgbouncer import PgBouncer
 from tests.support.postgres import PostgresCluster, PostgresServer, fresh_database_name
 
-__all__ = ["dsh_logs_dir", "forklog_db", "forklog_template", "pg_cluster", "pg_server", "pg_url"]
+__all__ = [
+    "dsh_logs_dir",
+    "forklog_db",
+    "forklog_db_pooled",
+    "forklog_template",
+    "pg_bouncer",
+    "pg_cluster",
+    "pg_server",
+    "pg_url",
+]
 
 REPO = Path(__file__).resolve().parents[1]
 DSH_LOGS = REPO.parent / "shared" / "fixtures" / "dsh-logs"
@@ -82,3 +92,9 @@ def forklog_db(pg_server: PostgresServer, forklog_template: str, request: pytest
     if isinstance(pg_server, PostgresCluster):
         pg_server.ensure_started()
     pg_server.drop_database(name)
+
+
+@pytest.fixture
+def forklog_db_pooled(forklog_db: str, pg_bouncer: PgBouncer) -> str:
+    """``forklog_db`` through the session's PgBouncer (transaction pooling): what an operator's pooler gives."""
+    return through_bouncer(pg_bouncer, forklog_db)

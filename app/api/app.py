@@ -101,6 +101,7 @@ def create_app(
         observer=metrics or NO_SESSION_OBSERVER,
         tenant_limits=tenant_limits,
         answers=WIRE_ANSWERS,
+        interrupt_after_ms=settings.interrupt_after_ms,
     )
     # A reload wakes every stream and long-poll, so that those of a removed key end (app.api.edge.keys_in_force).
     keys = KeysInForce(keys_file, on_change=service.changes.wake_everyone) if keys_file is not None else None

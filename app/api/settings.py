@@ -43,6 +43,14 @@ class Settings(BaseSettings):
         description="how long a read waits for a standby to replay what it must see (seconds, or an ISO 8601 "
         "duration such as PT0.5S) before it is served by the primary",
     )
+    database_direct_url: SecretStr | None = Field(
+        None,
+        description="when database_url names a connection pooler (PgBouncer): a postgresql:// URL of the same "
+        "database without it, for what needs a session of its own (notifications)",
+    )
+    database_pool_size: int = Field(
+        10, ge=1, le=10_000, description="connections this process keeps to the database at most (its pool's size)"
+    )
     data_dir: Path = Field(Path("./data"), description="where the session files live")
     host: str = Field("127.0.0.1", min_length=1, description="the address to listen on")
     port: int = Field(8000, ge=1, le=65535, description="the port to listen on")
@@ -58,6 +66,12 @@ class Settings(BaseSettings):
     )
     log_level: LogLevel = Field("info", description="the lowest level logged")
     fsync: bool = Field(True, description="sync every change to disk before answering; turn off only in tests")
+    compression: Literal["zstd", "none"] | None = Field(
+        None,
+        description="how a new data directory stores its sessions: zstd (DSH's .jsonl.zstd, the default for a new "
+        "one) or none (raw .jsonl); a directory keeps the one it was made with, and a start asking for the other "
+        "is refused",
+    )
     allowed_hosts: CommaList = Field(
         default_factory=list, description="Host names served besides loopback addresses and localhost"
     )
@@ -85,7 +99,13 @@ class Settings(BaseSettings):
         None, description="without a keys file: an ISO 8601 duration (P30D, PT12H): sessions idle longer are deleted"
     )
 
-    @field_validator("retention")
+    interrupt_after: str | None = Field(
+        None,
+        description="an ISO 8601 duration (PT30M, P1D): an open turn without an event for that long is interrupted "
+        "by the service (DSH's closers, as POST /sessions/{id}/interrupt appends them)",
+    )
+
+    @field_validator("retention", "interrupt_after")
     @classmethod
     def _check_retention(cls, value: str | None) -> str | None:
         if value is not None:
@@ -120,17 +140,29 @@ class Settings(BaseSettings):
     def store(self) -> StoreSettings:
         """The store these settings name (:func:`~app.backends.open.open_store` opens it)."""
         place = self.data_dir if self.database_url is None else self.database_url.get_secret_value()
+        direct = None if self.database_direct_url is None else self.database_direct_url.get_secret_value()
         read = self.read_database_url.get_secret_value() if self.read_database_url is not None else None
         return StoreSettings(
-            place, memory=self.backend == "memory", fsync=self.fsync, read_place=read, read_lag_max=self.read_lag_max
+            place,
+            memory=self.backend == "memory",
+            fsync=self.fsync,
+            direct_url=direct,
+            pool_size=self.database_pool_size,
+            compression=self.compression,
+            read_place=read,
+            read_lag_max=self.read_lag_max,
         )
+
+    @property
+    def interrupt_after_ms(self) -> int | None:
+        return parse_duration_ms(self.interrupt_after) if self.interrupt_after is not None else None
 
     def tenant_limits(self) -> TenantLimits:
         """The tenant default's limits these settings give (spec 14)."""
         retention = parse_duration_ms(self.retention) if self.retention is not None else None
         return TenantLimits(self.max_sessions, self.max_bytes, retention)
 
-    @field_validator("database_url")
+    @field_validator("database_url", "database_direct_url")
     @classmethod
     def _check_database_url(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:
@@ -154,6 +186,8 @@ class Settings(BaseSettings):
             raise ValueError("backend 'postgres' needs database_url (FORKLOG_DATABASE_URL)")
         if self.read_database_url is not None and self.database_url is None:
             raise ValueError("read_database_url names standbys of database_url (FORKLOG_DATABASE_URL): give it too")
+        if self.database_direct_url is not None and self.database_url is None:
+            raise ValueError("database_direct_url is used only with database_url (FORKLOG_DATABASE_URL)")
         return self
 
     @field_validator("allowed_hosts", "cors_origins", mode="before")

@@ -171,7 +171,8 @@ class Reader(Protocol):
 
     def chunks(self, key: SessionKey, instance: str, stop: int) -> AsyncIterator[bytes]:
         """The JSONL lines of events ``0`` .. ``stop - 1`` of that incarnation, a piece at a time (a snapshot's
-        seed); the events are those of the moment of the call, whatever happens to the session meanwhile."""
+        seed, an exported log: the last of them may be any event); the events are those of the moment of the call,
+        whatever happens to the session meanwhile."""
 
 
 class Writer(Protocol):
@@ -195,9 +196,17 @@ class Writer(Protocol):
         """Remove the live session; a session forked from it keeps its events."""
 
     async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
-        """Make a live session with exactly this header (its ``createdAt`` and ``instance`` kept) and events: an
-        import or a copy from another store. The ``createdAt`` of later creates still follows it. Raises
+        """Make a live session with exactly this header (its ``createdAt``, ``instance`` and ``archived`` kept) and
+        events: an import or a copy from another store. The ``createdAt`` of later creates still follows it. Raises
         ``SessionAlreadyExists`` if the id is live."""
+
+    async def set_archived(
+        self, key: SessionKey, instance: str, archived: bool, expected_count: int | None = None
+    ) -> Session | None:
+        """Archive (or unarchive) the live incarnation ``instance`` of ``key``, durably, writing nothing into its log
+        (spec 17); the session as it is then. None, and nothing changed, when that incarnation is not live or (with
+        ``expected_count``) its log has another length: the caller reads the session again to say why. A delete
+        removes what this kept; a new incarnation of the id is never archived by it."""
 
 
 class IdempotencyRecorder(Protocol):

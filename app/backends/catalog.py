@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from sortedcontainers import SortedList
@@ -42,15 +42,18 @@ class FrozenLog(Protocol):
 
 
 class LiveSession:
-    """A live session held in memory: its key, its header, its log (the log grows; the header never changes) and
-    ``changed_at``, when its last change was acknowledged by the server's clock (what retention counts from).
+    """A live session held in memory: its key, its header, its log (the log grows; the header changes only when the
+    session is archived or unarchived) and ``changed_at``, when its last change was acknowledged by the server's
+    clock (what retention counts from).
 
     ``checkpointed`` is the file backend's: how many of the log's events a durable checkpoint covers, or -1 when
     the session's file does not hold the log's bytes as they are in memory (a DSH log with packed rows): such a
     session is never checkpointed, and a fork of it is written from memory.
+
+    ``frames`` is the file backend's too: where the frames of a compressed (``.jsonl.zstd``) file end, else None.
     """
 
-    __slots__ = ("_log", "changed_at", "checkpointed", "header", "key", "updated_at")
+    __slots__ = ("_log", "changed_at", "checkpointed", "frames", "header", "key", "updated_at")
 
     def __init__(
         self,
@@ -60,12 +63,14 @@ class LiveSession:
         *,
         changed_at: int,
         checkpointed: int = 0,
+        frames: Any = None,
     ) -> None:
         self.key = key
         self.header = header
         self._log = log
         self.changed_at = changed_at
         self.checkpointed = checkpointed
+        self.frames = frames
         self.updated_at = self.last_activity()  # the catalog's copy: where it stands in the order by updatedAt
 
     @property
@@ -231,6 +236,21 @@ class Catalog:
         parent = live.header.parent_session
         if parent is not None:
             self._by_parent[(key.tenant, parent)].remove(live)
+
+    def incarnation(self, key: SessionKey, instance: str, expected_count: int | None = None) -> LiveSession | None:
+        """The live incarnation ``instance`` of ``key``; None if it is not live or (with ``expected_count``) its log
+        has another length."""
+        live = self.get(key)
+        if live is None or live.header.instance != instance:
+            return None
+        if expected_count is not None and len(live.log) != expected_count:
+            return None
+        return live
+
+    def set_archived(self, live: LiveSession, archived: bool) -> None:
+        """Mark the live session archived (or not): its header changes, not its place in any order."""
+        if live.header.archived != archived:
+            live.header = replace(live.header, archived=archived)
 
     def tenants(self) -> list[str]:
         return sorted(tenant for tenant, ordered in self._by_tenant.items() if ordered.sessions)

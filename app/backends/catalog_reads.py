@@ -23,6 +23,8 @@ from app.domain.staging import LogTip
 __all__ = ["CatalogReads", "readiness_of", "starting_log"]
 
 CHUNK_BYTES = 4 * 1024 * 1024
+# A log read whole that does not end at a turn/end (an exported log's) comes in windows of this many events.
+WINDOW_EVENTS = 10_000
 # Sessions are summed in pages of this many.
 USAGE_PAGE = 10_000
 
@@ -50,7 +52,11 @@ class CatalogReads:
         live = self.catalog.get(key)
         if live is None or live.header.instance != instance:
             raise StaleHead(f'session "{key.id}" is no longer the incarnation the snapshot was checked against')
-        return _line_chunks(live.log.prefix(stop))  # taken now: later appends are not part of it
+        if stop == 0 or live.log.is_turn_end(stop - 1):
+            return _line_chunks(live.log.prefix(stop))  # taken now: later appends are not part of it
+        # Any other end (an open turn, a log-only event): events before ``stop`` never change once stored, and the
+        # log held here stays the one of this incarnation whatever happens to the session meanwhile.
+        return _windows(live.log, stop)
 
     async def is_turn_end(self, key: SessionKey, seq: int) -> bool:
         live = self.catalog.get(key)
@@ -112,3 +118,8 @@ def starting_log(catalog: Catalog, key: SessionKey, seed: Seed) -> SessionLog:
 async def _line_chunks(log: SessionLog) -> AsyncIterator[bytes]:
     for piece in log.line_chunks(CHUNK_BYTES):
         yield piece
+
+
+async def _windows(log: SessionLog, stop: int) -> AsyncIterator[bytes]:
+    for start in range(0, stop, WINDOW_EVENTS):
+        yield log.lines(start, min(stop, start + WINDOW_EVENTS))

@@ -104,6 +104,15 @@ class MemoryBackend(CatalogReads):
         self.catalog.add(live)
         return live.view()
 
+    async def set_archived(
+        self, key: SessionKey, instance: str, archived: bool, expected_count: int | None = None
+    ) -> Session | None:
+        live = self.catalog.incarnation(key, instance, expected_count)
+        if live is None:
+            return None
+        self.catalog.set_archived(live, archived)
+        return live.view()
+
     async def recall(self, tenant: str, idempotency_key: str) -> IdempotencyRecord | None:
         return self.remembered.get(tenant, idempotency_key)
 

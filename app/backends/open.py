@@ -37,12 +37,19 @@ class OpenFor(Enum):
 class StoreSettings:
     """Which store: the data directory ``place`` names, or the PostgreSQL database its ``postgresql://`` URL names
     (a ``str``); with ``memory``, a service's memory instead (nothing kept). A data directory syncs each change to
-    disk before it is answered, unless ``fsync`` is off. A database's reads may be served by the hot standbys that
-    ``read_place`` names (a ``postgresql://`` URL), once they replay within ``read_lag_max`` seconds."""
+    disk before it is answered, unless ``fsync`` is off. ``compression`` is the encoding a data directory is asked
+    to hold (spec 16: ``zstd`` or ``none``); None takes the directory's own (``zstd`` for a new one). ``direct_url``
+    names the same database without the connection pooler that ``place`` may name, for what needs a session of its
+    own (spec 6); ``pool_size`` is how many connections to the database a process keeps at most. A database's reads
+    may be served by the hot standbys that ``read_place`` names (a ``postgresql://`` URL), once they replay within
+    ``read_lag_max`` seconds."""
 
     place: Path | str
     memory: bool = False
     fsync: bool = True
+    compression: str | None = None
+    direct_url: str | None = None
+    pool_size: int = 10
     read_place: str | None = None
     read_lag_max: float = 1.0
 
@@ -82,18 +89,20 @@ def open_store(store: StoreSettings, use: OpenFor, *, every_event: bool = False)
 
         return MemoryBackend(clock=wall_clock_ms)
     if isinstance(store.place, str):
-        from app.backends.postgres import PostgresBackend
+        from app.backends.postgres import PoolSettings, PostgresBackend
 
         return PostgresBackend(
             store.place,
             clock=wall_clock_ms,
             wait=use is OpenFor.SERVE,
+            direct_url=store.direct_url,
+            pool=PoolSettings(max_size=store.pool_size),
             read_url=store.read_place,
             read_lag_max=store.read_lag_max,
         )
     from app.backends.files import FileBackend
 
-    return FileBackend(store.place, clock=wall_clock_ms, sync=store.fsync)
+    return FileBackend(store.place, clock=wall_clock_ms, sync=store.fsync, compression=store.compression)
 
 
 def _reader(store: StoreSettings, *, every_event: bool) -> ReadOnlyStore:
@@ -111,13 +120,14 @@ def _reader(store: StoreSettings, *, every_event: bool) -> ReadOnlyStore:
 
 
 def start_refusal(store: StoreSettings) -> StartRefused | None:
-    """Why a service must not start on ``store`` (a reachable database whose schema is newer than this forklog's),
-    or None. A database that cannot be reached now is no reason: the service starts and waits for it."""
+    """Why a service must not start on ``store`` (a reachable database whose schema is newer than this forklog's,
+    or a connection pooler in front of it that would break a rule), or None. A database that cannot be reached now
+    is no reason: the service starts and waits for it."""
     if not isinstance(store.place, str):
         return None
     from app.backends.postgres import refusal_of  # (the driver, imported only for a database)
 
-    return refusal_of(store.place)
+    return refusal_of(store.place, direct_url=store.direct_url)
 
 
 class _FileChecks:

@@ -18,13 +18,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from app.backends.errors import StorageError
 from app.service.errors import TransferFailed
 from app.service.transfer.copy import Advance, copy_store, describe
+from app.service.transfer.dsh_log import ENCODINGS
 
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
 
 DESCRIPTION = (
     "Copy every session of every tenant from SRC to DST. Each is a data directory or a postgresql:// URL; ids, "
     "createdAt, instance, lineage and event bytes stay unchanged, and an id already in DST stops the copy before "
-    "anything is written, unless --skip-existing."
+    "anything is written, unless --skip-existing. A data directory as DST holds its sessions in --compression "
+    "(its own encoding by default, zstd for a new one), whatever SRC's: a copy converts."
 )
 
 
@@ -33,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", dest="target", required=True, metavar="DST", help="a data directory or a URL")
     parser.add_argument(
         "--skip-existing", action="store_true", help="leave sessions whose id DST holds already, copy the others"
+    )
+    parser.add_argument(
+        "--compression",
+        choices=ENCODINGS,
+        help="the encoding of a data directory DST: zstd (DSH's .jsonl.zstd) or none (raw .jsonl); default: the "
+        "one DST holds, zstd for a new one. An existing DST of the other encoding is refused",
     )
 
 
@@ -43,6 +51,7 @@ def run(arguments: argparse.Namespace) -> int:
                 arguments.source,
                 arguments.target,
                 skip_existing=arguments.skip_existing,
+                compression=arguments.compression,
                 progress=_progress() if sys.stderr.isatty() else None,
             )
         )

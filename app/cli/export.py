@@ -1,5 +1,5 @@
-"""``python -m app export ID [--tenant T]`` (spec 10): a session's DSH log (its header line, then its event lines)
-to standard output.
+"""``python -m app export ID [--tenant T] [--compression zstd]`` (spec 10, 16): a session's DSH log (its header line,
+then its event lines) to standard output, raw ``.jsonl`` or DSH's ``.jsonl.zstd``.
 
 What it writes, and that the store is only read, is :mod:`app.service.transfer.export`'s. ``--salvage`` (a data
 directory only) writes what a damaged session holds before its damage, for the README's repair walk.
@@ -18,13 +18,15 @@ from app.domain.errors import InvalidId
 from app.domain.ids import check_id
 from app.domain.session import DEFAULT_TENANT, SessionKey
 from app.service.errors import TransferFailed
+from app.service.transfer.dsh_log import ENCODINGS
 from app.service.transfer.export import export_session
 
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
 
 DESCRIPTION = (
     "Write a session's DSH log (its header line, then all its events, whatever the last one is) to standard "
-    "output. A data directory is only read, never changed; it is refused while a service owns it."
+    "output, as raw JSONL or, with --compression zstd, as DSH's .jsonl.zstd. A data directory is only read, never "
+    "changed; it is refused while a service owns it."
 )
 
 
@@ -35,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--salvage",
         action="store_true",
         help="for a damaged session (file backend): write its header and the whole events before the damage",
+    )
+    parser.add_argument(
+        "--compression",
+        choices=ENCODINGS,
+        default="none",
+        help="none (default): raw .jsonl, line-readable; zstd: DSH's .jsonl.zstd (its default encoding)",
     )
     add_store_flags(parser)
 
@@ -48,7 +56,11 @@ def run(arguments: argparse.Namespace) -> int:
     settings = store_settings(arguments)
     logging.getLogger("forklog.storage").disabled = True  # a damaged session is said once, below
     try:
-        salvaged = asyncio.run(export_session(settings.store, key, sys.stdout.buffer, salvage=arguments.salvage))
+        salvaged = asyncio.run(
+            export_session(
+                settings.store, key, sys.stdout.buffer, salvage=arguments.salvage, encoding=arguments.compression
+            )
+        )
     except (TransferFailed, StorageError) as exc:
         print(f"forklog export: {exc}", file=sys.stderr)
         return 1

@@ -1,4 +1,5 @@
-"""``python -m app import FILE [--id ID] [--tenant T]`` (spec 10): a DSH log file into a new session.
+"""``python -m app import FILE [--id ID] [--tenant T]`` (spec 10): a DSH log file (``.jsonl`` or ``.jsonl.zstd``)
+into a new session.
 
 What is checked and kept (the log as a seed; its lineage, ``cwd`` and ``createdAt``; a new ``instance``) is
 :mod:`app.service.transfer.import_`'s. On the file backend it refuses while a service owns the data directory.
@@ -28,7 +29,11 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="the DSH log (JSONL: a session header line, then one record per line)")
+    parser.add_argument(
+        "file",
+        help="the DSH log: JSONL (a session header line, then one record per line), or DSH's .jsonl.zstd of it "
+        "(told by its content, whatever its name); - reads standard input",
+    )
     parser.add_argument("--id", help="the new session's id (default: the id in the file's header)")
     parser.add_argument("--tenant", default=DEFAULT_TENANT, help=f"the new session's tenant (default {DEFAULT_TENANT})")
     add_store_flags(parser)

@@ -24,6 +24,7 @@ __all__ = [
     "decode_line",
     "encode_header",
     "expand_record",
+    "export_header",
     "header_bytes",
     "header_from_record",
     "header_problem",
@@ -56,7 +57,19 @@ def header_record(header: SessionHeader) -> dict[str, Any]:
 
 
 def encode_header(header: SessionHeader) -> bytes:
+    """The header line a backend stores (and counts in ``bytes``): without ``archived``, which is kept beside the
+    log, so that archiving changes no stored byte and no quota."""
     return orjson.dumps(header_record(header)) + b"\n"
+
+
+def export_header(header: SessionHeader) -> bytes:
+    """The header line ``export`` writes: the stored one, with ``"archived": true`` before ``instance`` when the
+    session is archived (a member DSH's reader ignores, as it ignores ``instance``), so that an import keeps it."""
+    if not header.archived:
+        return encode_header(header)
+    record = header_record(header)
+    instance = record.pop("instance")
+    return orjson.dumps({**record, "archived": True, "instance": instance}) + b"\n"
 
 
 def header_bytes(header: SessionHeader) -> int:

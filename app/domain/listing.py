@@ -24,7 +24,8 @@ OrderKey = tuple[int, str]
 @dataclass(frozen=True, slots=True)
 class ListQuery:
     """A list's order (by ``createdAt`` or ``updatedAt``, then id), its direction and its filters (a header field
-    that must equal the value given; None: any). ``parent`` lists that session's children only."""
+    that must equal the value given; None: any). ``parent`` lists that session's children only; ``archived`` takes
+    only the archived sessions (True), only the others (False) or both (None: what every walk of the store asks)."""
 
     order: Order = CREATED
     descending: bool = False
@@ -32,10 +33,12 @@ class ListQuery:
     cwd: str | None = None
     origin: str | None = None
     agent_preset: str | None = None
+    archived: bool | None = None
 
     def matches(self, header: SessionHeader) -> bool:
         return (
-            (self.parent is None or header.parent_session == self.parent)
+            (self.archived is None or header.archived == self.archived)
+            and (self.parent is None or header.parent_session == self.parent)
             and (self.cwd is None or header.cwd == self.cwd)
             and (self.origin is None or header.origin == self.origin)
             and (self.agent_preset is None or header.agent_preset == self.agent_preset)

@@ -5,8 +5,9 @@ lines and what the log knows of them: where each line ends (offsets from the log
 (flat ``seq, start, end`` triples), the ``turn/end`` seqs and a small checkpoint at each. Every part but the last is
 *sealed*: it never changes again, so a fork refers to it instead of copying it, and cuts the one its seed ends in
 short through views (memoryviews: no copy). The last part grows with every commit and is sealed once it holds
-``SEAL_BYTES`` (a new one is started); a fork whose seed ends in it copies what it takes of it, at most about
-``SEAL_BYTES``. So a fork's memory and CPU do not grow with its seed, and the source appends on without ever
+``SEAL_BYTES`` (a new one is started); a fork whose seed ends in it seals it first when it holds
+``FORK_SEAL_BYTES`` or more (so that it and the forks after it share it), else copies what it takes of it. So a
+fork's memory and CPU do not grow with its seed, and the source appends on without ever
 changing what a child shares.
 
 Events are therefore immutable once stored (nobody holds a mutable object of them) and reading a range is a slice.
@@ -28,6 +29,7 @@ from app.domain.history import SurfaceChange, fold_surface, project_message
 from app.domain.log_state import LogState
 from app.domain.staging import Checkpoint, LogTip, StagedEvents
 from app.domain.staging_rules import stage
+from app.domain.stats import SessionStats
 from app.domain.summary import TITLE_TYPE, title_of
 
 __all__ = [
@@ -39,6 +41,8 @@ __all__ = [
 # The growing part of a log is sealed (made shareable) once it holds this many bytes, or SEAL_EVENTS events.
 SEAL_BYTES = 1 << 20
 SEAL_EVENTS = 1 << 14
+# A fork whose seed ends in a growing part at least this large seals it (one copy, then shared) rather than copying it.
+FORK_SEAL_BYTES = 1 << 16
 
 # A buffer of bytes: bytes, a bytearray or a memoryview of either.
 Buffer = bytes | bytearray | memoryview
@@ -357,6 +361,10 @@ class SessionLog:
         """Give the empty ``child`` the parts of events ``0 .. count - 1`` (``count`` > 0)."""
         last = count - 1
         growing = self._growing
+        if count > growing.first and len(growing.body) >= FORK_SEAL_BYTES:
+            # Sealed now, the part is shared with this child and every later fork instead of copied for each.
+            self._seal()
+            growing = self._growing
         if count > growing.first:
             child._sealed, child._firsts = self._sealed, self._firsts
             child._growing = growing.copy_upto(count)
@@ -398,6 +406,7 @@ class SessionLog:
             title_seq=title_seq,
             preview=preview,
             preview_seq=preview_seq,
+            stats=point.stats.owned_from(count),
         )
 
     def tip_at(self, count: int) -> LogTip:
@@ -444,10 +453,14 @@ class _PrefixTip:
         return self._log.event(seq)
 
 
-def seed_log(seed: Sequence[Any] | None, *, now: int, breaks: dict[int, str] | None = None) -> SessionLog:
-    """A new log holding ``seed``, every event checked; INVALID_SEED names the lowest bad index. Pure: safe to run
-    in a worker thread."""
+def seed_log(
+    seed: Sequence[Any] | None, *, now: int, breaks: dict[int, str] | None = None, seed_length: int | None = None
+) -> SessionLog:
+    """A new log holding ``seed``, every event checked; INVALID_SEED names the lowest bad index. ``seed_length`` is
+    the header's (the first events that came from a parent: its own usage counts from there). Pure: safe to run in a
+    worker thread."""
     log = SessionLog()
+    log.state.stats = SessionStats(seed_length or 0)
     if seed:
         try:
             log.commit(log.stage(seed, appended=False, now=now, breaks=breaks))

@@ -6,7 +6,9 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from app.domain.closers import NO_UNANSWERED, Unanswered, unanswered_columns, unanswered_of_columns
 from app.domain.event_shapes import known_type
+from app.domain.stats import NO_STATS, SessionStats, stats_of_columns
 
 if TYPE_CHECKING:
     from app.domain.session import LogHead
@@ -49,6 +51,11 @@ class LogState:
     title_seq: int | None = None
     preview: str | None = None
     preview_seq: int | None = None
+    # The session's figures (spec 17: DSH's sessionStats fold and the usage chunks' token sums) and the tool calls
+    # DSH's interruptedTurnClosers would answer, kept as the log grows (app.domain.stats, app.domain.closers): both
+    # values that are never changed, only replaced.
+    stats: SessionStats = NO_STATS
+    unanswered: Unanswered = NO_UNANSWERED
     # Set by freeze(), the end of a staging: from then on the state never changes, so what is read from it once (its
     # LogHead, app.domain.session.head_of) may be kept with it. The append that staged it and the next one, which finds
     # it committed, both read its head.
@@ -72,6 +79,8 @@ class LogState:
             self.title_seq,
             self.preview,
             self.preview_seq,
+            self.stats.columns(),
+            unanswered_columns(self.unanswered),
         ]
 
     @classmethod
@@ -91,9 +100,13 @@ class LogState:
             title_seq,
             preview,
             preview_seq,
+            stats,
+            unanswered,
         ) = columns  # a ValueError for columns stored by an older forklog: such a record is not used
         if not (isinstance(body_bytes, int) and body_bytes >= 0):
             raise ValueError("the stored byte count is not a count")
+        if not isinstance(stats, list) or not isinstance(unanswered, list):
+            raise ValueError("the stored stats are not columns")
         return cls(
             count=count,
             last_time=last_time,
@@ -110,6 +123,8 @@ class LogState:
             title_seq=title_seq,
             preview=preview,
             preview_seq=preview_seq,
+            stats=stats_of_columns(stats),
+            unanswered=unanswered_of_columns(unanswered),
         )
 
     def staged(self) -> LogState:
@@ -134,6 +149,8 @@ class LogState:
         copy.title_seq = self.title_seq
         copy.preview = self.preview
         copy.preview_seq = self.preview_seq
+        copy.stats = self.stats
+        copy.unanswered = self.unanswered
         copy.final = False
         copy.head_kept = None
         return copy

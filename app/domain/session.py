@@ -14,6 +14,7 @@ from app.domain.errors import ErrorCode, SessionError
 from app.domain.fast_init import fast_init
 from app.domain.jsonvalue import is_safe_integer
 from app.domain.log_state import LogState
+from app.domain.stats import NO_STATS, SessionStats
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -139,6 +140,9 @@ class SessionHeader:
     origin: str | None = None
     delegation_depth: int = 0
     agent_preset: str | None = None
+    # Hidden from lists unless asked for (spec 17). Not a field of the stored header line: archiving changes no
+    # byte of the log; each backend keeps it beside the log, and export writes it into the header it writes.
+    archived: bool = False
 
     def lineage(self) -> dict[str, Any]:
         """The optional fields by their JSON names (``delegationDepth`` always, the others when set)."""
@@ -164,6 +168,7 @@ class LogHead:
     body_bytes: int = 0  # the bytes of the stored lines (the header line not included)
     title: str | None = None
     preview: str | None = None
+    stats: SessionStats = NO_STATS  # the figures of spec 17 (the Session's stats, usage and ownUsage)
 
     @property
     def forkable(self) -> bool:
@@ -194,6 +199,7 @@ def _head_of(state: LogState) -> LogHead:
         state.body_bytes,
         state.title,
         state.preview,
+        state.stats,
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from app.domain.history import SurfaceChange
 from app.domain.jsonvalue import dumps
 from app.domain.log_state import NO_PENDING, LogState
+from app.domain.stats import NO_STATS, SessionStats
 
 __all__ = [
     "Checkpoint",
@@ -29,16 +30,18 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """The invariant trace right after a ``turn/end`` (the rest of it is known: no turn or step is open)."""
+    """The invariant trace right after a ``turn/end`` (the rest of it is known: no turn or step is open), and the
+    session's figures there (a fork's seed ending at it has them: spec 17)."""
 
     next_turn: Any
     next_step: Any
     pending: frozenset[Any]
+    stats: SessionStats = NO_STATS
 
     def columns(self) -> list[Any]:
         """What a store keeps of it (read back by :func:`checkpoint`), the pending calls sorted as
         :meth:`LogState.columns` sorts them."""
-        return [self.next_turn, self.next_step, sorted(self.pending, key=str)]
+        return [self.next_turn, self.next_step, sorted(self.pending, key=str), self.stats.columns()]
 
 
 # Checkpoints repeat across sessions (every session's first turn ends the same way): each value is kept once.
@@ -46,9 +49,14 @@ _CHECKPOINTS: dict[Checkpoint, Checkpoint] = {}
 _CHECKPOINTS_LIMIT = 1 << 16
 
 
-def checkpoint(next_turn: Any, next_step: Any, pending: frozenset[Any] = NO_PENDING) -> Checkpoint:
-    """The shared :class:`Checkpoint` of these values."""
-    point = Checkpoint(next_turn, next_step, pending if pending else NO_PENDING)
+def checkpoint(
+    next_turn: Any, next_step: Any, pending: frozenset[Any] = NO_PENDING, stats: SessionStats = NO_STATS
+) -> Checkpoint:
+    """The shared :class:`Checkpoint` of these values (one with figures is rarely another's: it is kept alone, and
+    shares its figures with the log state it was taken from)."""
+    point = Checkpoint(next_turn, next_step, pending if pending else NO_PENDING, stats)
+    if stats is not NO_STATS:
+        return point
     try:
         return _CHECKPOINTS[point]
     except KeyError:

@@ -15,10 +15,13 @@ from itertools import accumulate, repeat
 from operator import add
 from typing import Any
 
+from app.domain.closers import fold_unanswered
 from app.domain.errors import EventRejected
 from app.domain.event_shapes import STORAGE_TAGS
 from app.domain.events import admit, admit_stored, admit_stored_chunks
+from app.domain.log_state import LogState
 from app.domain.staging import LogTip, StagedEvents, checkpoint, encode_event
+from app.domain.stats import fold_stats
 from app.domain.summary import TITLE_TYPE, preview_of, title_of
 
 __all__ = ["stage", "stage_stored"]
@@ -91,13 +94,44 @@ def _note(staged: StagedEvents, event: dict[str, Any]) -> None:
             staged.surface_ops.append((seq, -1, -1))
     kind = event["type"]
     state = staged.state
+    if kind in _FOLDED:
+        _fold(state, event)
     if kind == "turn/end":
         staged.turn_ends.append(seq)
-        staged.checkpoints[seq] = checkpoint(state.next_turn, state.next_step, frozenset(state.pending))
+        staged.checkpoints[seq] = checkpoint(state.next_turn, state.next_step, frozenset(state.pending), state.stats)
     elif kind == TITLE_TYPE:
         state.title, state.title_seq = title_of(event["data"]), seq
     elif kind == "user/message" and state.preview_seq is None:
         state.preview, state.preview_seq = preview_of(event["data"]), seq
+
+
+# The types that change a session's figures or the calls an interrupt answers (app.domain.stats, app.domain.closers).
+_FOLDED = frozenset(
+    {
+        "assistant/chunk",
+        "step/start",
+        "step/end",
+        "assistant/message",
+        "tool/call",
+        "tool/result",
+        "turn/start",
+        "turn/end",
+    }
+)
+
+
+def _fold(state: LogState, event: dict[str, Any]) -> None:
+    state.stats = fold_stats(state.stats, event)
+    if event["type"] != "assistant/chunk":  # (a chunk never changes the calls an interrupt answers)
+        state.unanswered = fold_unanswered(state.unanswered, event)
+
+
+def _fold_chunks(state: LogState, events: Sequence[Any], start: int, stop: int) -> None:
+    """The figures after a run of streamed chunks (none changes the calls an interrupt answers)."""
+    stats = state.stats
+    for index in range(start, stop):
+        stats = fold_stats(stats, events[index])
+    state.stats = stats
 
 
 def stage_stored(
@@ -122,14 +156,20 @@ def stage_stored(
 
     index, count = 0, len(values)
     while index < count:
+        run = index
         index = admit_stored_chunks(state, values, index)
+        if index > run:
+            _fold_chunks(state, values, run, index)
         if index == count:
             break
         raw = values[index]
         if admit_stored(state, raw):
+            _fold(state, raw)
             if state.last_type == "turn/end":
                 staged.turn_ends.append(raw["seq"])
-                staged.checkpoints[raw["seq"]] = checkpoint(state.next_turn, state.next_step, frozenset(state.pending))
+                staged.checkpoints[raw["seq"]] = checkpoint(
+                    state.next_turn, state.next_step, frozenset(state.pending), state.stats
+                )
             index += 1
             continue
         if type(raw) is not dict or raw.get("seq") != state.count or "time" not in raw:

@@ -19,6 +19,7 @@ from app.backends.errors import IdempotencyKeyTaken, StaleHead
 from app.backends.running_loop import RunningLoop
 from app.domain.errors import ErrorCode, EventRejected, SessionError, session_not_found
 from app.domain.fast_init import fast_init
+from app.domain.log_state import LogState
 from app.domain.session import Session, SessionKey, check_live, head_of
 from app.domain.staging import StagedEvents, join_staged, replace_targets
 from app.domain.staging_rules import stage
@@ -60,6 +61,9 @@ class WaitingAppend(Generic[R]):
     claimed: tuple[str, str] | None = None
     # The request's context: a batch runs in its first request's (its trace's span is the parent of the sync's).
     context: contextvars.Context | None = None
+    # An append whose events depend on the log they follow (an interrupt's closers: spec 17) makes them from the
+    # rules' state it is checked on, in its batch (so under the session's lock, atomically with the check).
+    compose: Callable[[LogState], Sequence[Any]] | None = None
 
     def succeed(self, result: R) -> None:
         if not self.answer.done():
@@ -97,9 +101,10 @@ class AppendQueue(Generic[R]):
         breaks: dict[int, str] | None,
         record: Callable[[R], IdempotencyRecord] | None = None,
         claimed: tuple[str, str] | None = None,
+        compose: Callable[[LogState], Sequence[Any]] | None = None,
     ) -> R:
         answer: asyncio.Future[R] = self._loop.get().create_future()
-        waiting = WaitingAppend(events, expected_seq, instance, breaks, answer, record, claimed)
+        waiting = WaitingAppend(events, expected_seq, instance, breaks, answer, record, claimed, compose=compose)
         queue = self._waiting.get(key)
         if queue is None and self._locks.idle(key):
             return await self._write_alone(key, waiting)
@@ -315,9 +320,10 @@ class BatchWriter:
             try:
                 count = None if combined is None else combined.state.count
                 check_live(tip.session, waiting.instance, waiting.expected_seq, count=count)
-                staged = stage(
-                    tip.log, waiting.events, appended=True, now=self._clock(), breaks=waiting.breaks, after=combined
-                )
+                events = waiting.events
+                if waiting.compose is not None:
+                    events = waiting.compose(tip.log.state if combined is None else combined.state)
+                staged = stage(tip.log, events, appended=True, now=self._clock(), breaks=waiting.breaks, after=combined)
                 if self._quotas is not None:  # QUOTA_EXCEEDED refuses this append alone
                     reservations.append(self._quotas.reserve(tip.session.key.tenant, 0, len(staged.lines)))
             except EventRejected as rejected:

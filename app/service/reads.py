@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.backends.base import Backend
-from app.backends.errors import SessionCorrupt
+from app.backends.errors import SessionCorrupt, StaleHead
 from app.backends.read_routing import read_from_now
 from app.domain.errors import ErrorCode, InvalidValue, SessionError, session_not_found
 from app.domain.listing import ListQuery, OrderKey, PageRequest
@@ -21,6 +21,7 @@ from app.service.changes import ChangeFeed
 from app.service.observer import SessionObserver
 from app.service.retention import Retention, is_expired, visible_page
 from app.service.search import Searcher
+from app.service.transfer.dsh_log import LogEncoding, log_with_header
 
 __all__ = ["LINEAGE_CHILDREN", "TAIL_BATCH", "Deleted", "Lineage", "SessionReads", "TailEvents", "find_live"]
 
@@ -134,6 +135,17 @@ class SessionReads:
             read_from_now()  # woken by a change: the next look sees it (on a standby, once replayed)
         lines = await self._backend.read(key, start, min(count, start + limit)) if start < count else b""
         return lines, count
+
+    async def log(self, key: SessionKey, encoding: LogEncoding) -> AsyncIterator[bytes]:
+        """The session's DSH log as ``export`` writes it (spec 16), in ``encoding``: the header line, then every event
+        stored now (later appends are not part of it), a piece at a time."""
+        self._require_ready()
+        session = await find_live(self._backend, key)
+        try:
+            lines = self._backend.chunks(key, session.header.instance, session.head.count)
+        except StaleHead:
+            raise session_not_found(key.id) from None
+        return log_with_header(session.header, lines, encoding)
 
     async def history(self, key: SessionKey, at_seq: int | None) -> tuple[list[Any], int]:
         """The model history, now or at the ``turn/end`` ``at_seq``; and the log's length."""

@@ -24,9 +24,10 @@ from app.domain.clock import wall_clock_ms
 from app.domain.dsh_records import header_bytes
 from app.domain.errors import SessionAlreadyExists
 from app.domain.ids import check_id, new_instance, new_session_id
+from app.domain.interrupt import closers_for
 from app.domain.limits import NO_LIMITS, TenantLimits
 from app.domain.log import seed_log
-from app.domain.session import Session, SessionHeader, SessionKey, check_meta
+from app.domain.session import Session, SessionHeader, SessionKey, check_live, check_meta
 from app.service.appends import Appended, AppendQueue, BatchWriter
 from app.service.changes import ChangeFeed
 from app.service.errors import NotReady
@@ -40,6 +41,7 @@ from app.service.idempotency import (
     IdempotentRequest,
     Operation,
 )
+from app.service.idle_turns import IdleTurns
 from app.service.locks import KeyedLocks
 from app.service.observer import NO_SESSION_OBSERVER, SessionObserver
 from app.service.quotas import QuotaLedger
@@ -85,6 +87,7 @@ class SessionService:
         tenant_limits: Callable[[], Mapping[str, TenantLimits]] = dict,
         search_index: Path | None = None,
         answers: ChangeAnswers = NO_ANSWERS,
+        interrupt_after_ms: int | None = None,
     ) -> None:
         """``answers`` says how a change reads as its answer (the API's wire format): an idempotent change's answer
         is kept with it."""
@@ -114,6 +117,10 @@ class SessionService:
         self._appends: AppendQueue[Appended] = AppendQueue(self._locks, writer.write)
         self.idempotency = IdempotencyGate(backend, clock, answers)
         self.retention = Retention(backend, tenant_limits, clock, self._expire)
+        # Spec 17: idle open turns closed by the service itself, when the setting asks for it.
+        self.idle_turns = (
+            IdleTurns(backend, interrupt_after_ms, clock, self._interrupt_idle) if interrupt_after_ms else None
+        )
         self.searcher = Searcher(backend, search_index)
         self.changes.watchers.append(self.searcher.changed)
         backend.listen(self.changes.changed)
@@ -152,6 +159,8 @@ class SessionService:
         self.searcher.start()
         self.idempotency.start_sweeping()
         self.retention.start()
+        if self.idle_turns is not None:
+            self.idle_turns.start()
         self.changes.start_rechecks(TAIL_RECHECK_SECONDS)
 
     def stopping(self) -> None:
@@ -165,6 +174,8 @@ class SessionService:
         self.changes.close()
         await self.idempotency.stop_sweeping()
         await self.retention.stop()
+        if self.idle_turns is not None:
+            await self.idle_turns.stop()
         if was_ready:
             await self._appends.drained()
         await self.searcher.stop()
@@ -230,9 +241,11 @@ class SessionService:
         lineage = check_meta(meta, len(seed) if seed is not None else 0)
         if seed is not None and len(seed) > SEED_EVENTS_CHECKED_INLINE:
             # A large seed is checked in a worker thread so that the event loop keeps serving meanwhile.
-            log = await asyncio.to_thread(seed_log, seed, now=self._clock(), breaks=breaks)
+            log = await asyncio.to_thread(
+                seed_log, seed, now=self._clock(), breaks=breaks, seed_length=lineage.get("seed_length")
+            )
         else:
-            log = seed_log(seed, now=self._clock(), breaks=breaks)
+            log = seed_log(seed, now=self._clock(), breaks=breaks, seed_length=lineage.get("seed_length"))
         instance = self._new_instance()
         remember = change.created if change is not None else None
 
@@ -271,6 +284,51 @@ class SessionService:
             record=change.appended if change is not None else None,
             claimed=change.slot if change is not None else None,
         )
+
+    def interrupt(
+        self,
+        key: SessionKey,
+        *,
+        expected_seq: int | None = None,
+        instance: str | None = None,
+        change: IdempotentChange | None = None,
+    ) -> Coroutine[Any, Any, Appended]:
+        """Close the session's open turn as DSH closes an abandoned one (spec 17): its closers appended as one batch,
+        made from the log they follow when the batch is checked; NOT_IN_TURN when no turn is open."""
+        self._require_ready()
+        return self._appends.submit(
+            key,
+            (),
+            expected_seq=expected_seq,
+            instance=instance,
+            breaks=None,
+            record=change.appended if change is not None else None,
+            claimed=change.slot if change is not None else None,
+            compose=closers_for,
+        )
+
+    async def _interrupt_idle(self, key: SessionKey, expected_seq: int, instance: str) -> Appended:
+        return await self.interrupt(key, expected_seq=expected_seq, instance=instance)
+
+    # -- archive ---------------------------------------------------------------------------------------------------
+
+    async def set_archived(
+        self, key: SessionKey, archived: bool, *, expected_seq: int | None = None, instance: str | None = None
+    ) -> Session:
+        """Archive (or unarchive) the session (spec 17): no event is written, and its ``instance`` and
+        ``expectedSeq`` are checked as an append's are. Serialized with the session's appends in this process; a
+        change another process made meanwhile is found on the next look and checked again."""
+        self._require_ready()
+
+        async def work() -> Session:
+            while True:
+                session = await find_live(self.backend, key)
+                check_live(session, instance, expected_seq)
+                changed = await self.backend.set_archived(key, session.header.instance, archived, expected_seq)
+                if changed is not None:
+                    return changed
+
+        return await self._locks.run(key, work)
 
     # -- delete ----------------------------------------------------------------------------------------------------
 

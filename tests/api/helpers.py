@@ -29,6 +29,7 @@ SESSION_FIELDS = {
     "origin",
     "delegationDepth",
     "agentPreset",
+    "archived",
     "eventCount",
     "lastEventType",
     "openTurn",
@@ -38,6 +39,20 @@ SESSION_FIELDS = {
     "title",
     "preview",
     "bytes",
+    "stats",
+    "usage",
+    "ownUsage",
+}
+# The stats of a log without steps (spec 17).
+NO_STATS = {
+    "turns": 0,
+    "steps": 0,
+    "llmMs": 0,
+    "toolMs": 0,
+    "ttftMs": 0,
+    "ttftSteps": 0,
+    "decodeMs": 0,
+    "decodeTokens": 0,
 }
 GENERATED_ID = re.compile(r"session-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 

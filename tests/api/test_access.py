@@ -89,15 +89,18 @@ CALLS = {
     "create_session": Call("POST", "/sessions", Scope.WRITE, 201, {"id": "fresh"}),
     "list_sessions": Call("GET", "/sessions", Scope.READ, 200),
     "get_session": Call("GET", "/sessions/demo", Scope.READ, 200),
+    "update_session": Call("PATCH", "/sessions/demo", Scope.WRITE, 200, {"archived": True}),
     "delete_session": Call("DELETE", "/sessions/demo", Scope.WRITE, 204),
     "append_events": Call("POST", "/sessions/demo/events", Scope.WRITE, 201, {"events": close_turn(2)}),
     "read_events": Call("GET", "/sessions/demo/events", Scope.READ, 200),
     # A stream that started would never end here: a wrong instance is refused after the keys, before the stream.
     "stream_events": Call("GET", "/sessions/demo/events/stream?instance=0", Scope.READ, 409),
     "read_history": Call("GET", "/sessions/demo/history", Scope.READ, 200),
+    "read_log": Call("GET", "/sessions/demo/log", Scope.READ, 200),
     "read_lineage": Call("GET", "/sessions/demo/lineage", Scope.READ, 200),
     "snapshot_session": Call("POST", "/sessions/demo/snapshot", Scope.READ, 200, {"atSeq": 8}),
     "fork_session": Call("POST", "/sessions/demo/fork", Scope.WRITE, 201, {"atSeq": 8, "sessionId": "kid"}),
+    "interrupt_turn": Call("POST", "/sessions/demo/interrupt", Scope.WRITE, 201, {}),  # spec 17: its open turn
     "metrics": Call("GET", "/metrics", Scope.ADMIN, 200),  # spec 13: counts over every tenant
 }
 # The docs pages, and the files of the session browser and of the docs pages (the mounts "ui" and "docs_assets").
@@ -184,10 +187,10 @@ def test_each_tenant_has_its_own_folder_and_default_keeps_sessions(
     client = keyed()
     for caller in ("readwrite", "other", "default"):
         assert client.post("/sessions", json={"id": "demo"}, headers=keys.auth(caller)).status_code == 201
-    assert sorted(path.relative_to(data_dir).as_posix() for path in data_dir.rglob("*.jsonl")) == [
-        "sessions/demo.jsonl",
-        "tenants/acme/sessions/demo.jsonl",
-        "tenants/beta/sessions/demo.jsonl",
+    assert sorted(path.relative_to(data_dir).as_posix() for path in data_dir.rglob("*.jsonl.zstd")) == [
+        "sessions/demo.jsonl.zstd",  # a new data directory's encoding: zstd
+        "tenants/acme/sessions/demo.jsonl.zstd",
+        "tenants/beta/sessions/demo.jsonl.zstd",
     ]
 
 

@@ -53,6 +53,19 @@ def test_append_assigns_seq_and_time_and_answers_the_session(client: TestClient)
         "title": None,
         "preview": "question 1",
         "bytes": body["session"]["bytes"],
+        # One step with a tool round trip: model time from step/start to the message, tool time from call to result.
+        "stats": {
+            "turns": 1,
+            "steps": 1,
+            "llmMs": times[6] - times[2],
+            "toolMs": times[5] - times[4],
+            "ttftMs": 0,
+            "ttftSteps": 0,
+            "decodeMs": 0,
+            "decodeTokens": 0,
+        },
+        "usage": {},
+        "ownUsage": {},
     }
     assert events_of(client, "s") == stored
 

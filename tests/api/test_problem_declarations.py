@@ -46,6 +46,7 @@ OPERATIONS: dict[str, tuple[str, str, Any]] = {
     "append_events": ("POST", "/sessions/{id}/events", {"events": [note("a")]}),
     "read_events": ("GET", "/sessions/{id}/events", None),
     "stream_events": ("GET", "/sessions/{id}/events/stream", None),
+    "read_log": ("GET", "/sessions/{id}/log", None),
     "read_lineage": ("GET", "/sessions/{id}/lineage", None),
     "read_history": ("GET", "/sessions/{id}/history", None),
     "snapshot_session": ("POST", "/sessions/{id}/snapshot", {}),

@@ -13,6 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.domain.access import ApiKey, Scope, digest_of, key_line, new_secret
+from app.domain.dsh_frames import decode_log
 from app.domain.dsh_records import encode_header
 from app.domain.jsonvalue import dumps
 from app.domain.session import HEADER_FIELDS, SessionHeader
@@ -126,11 +127,12 @@ def test_max_bytes_counts_each_log_as_export_writes_it(make_client: ClientFactor
 
 
 @pytest.mark.files_only
-def test_bytes_are_the_files_length_on_the_file_backend(make_client: ClientFactory, data_dir: Path) -> None:
+def test_bytes_are_the_raw_files_length_on_the_file_backend(make_client: ClientFactory, data_dir: Path) -> None:
     client = make_client()
     assert client.post("/sessions", json={"id": "a", "meta": {"cwd": "/w"}, "seed": turn(1)}).status_code == 201
     assert client.post("/sessions/a/events", json={"events": [note("é ☃")]}).status_code == 201
-    assert exported_bytes(client, "a") == (data_dir / "sessions" / "a.jsonl").stat().st_size
+    # the log's bytes as its raw .jsonl holds them: a compressed file's are its frames' text
+    assert exported_bytes(client, "a") == len(decode_log((data_dir / "sessions" / "a.jsonl.zstd").read_bytes()))
 
 
 def test_a_fork_counts_its_whole_log_and_a_delete_frees_it(make_app: AppFactory) -> None:

@@ -10,6 +10,7 @@ from starlette.testclient import TestClient
 from tests.api.builders import as_seed, note, open_turn, turn, turns
 from tests.api.helpers import (
     GENERATED_ID,
+    NO_STATS,
     SESSION_FIELDS,
     append,
     assert_invalid_request,
@@ -45,6 +46,7 @@ def test_create_without_a_body_makes_an_empty_session_with_a_generated_id(client
         "origin": None,
         "delegationDepth": 0,
         "agentPreset": None,
+        "archived": False,
         "eventCount": 0,
         "lastEventType": None,
         "openTurn": None,
@@ -54,6 +56,9 @@ def test_create_without_a_body_makes_an_empty_session_with_a_generated_id(client
         "title": None,
         "preview": None,
         "bytes": session["bytes"],
+        "stats": NO_STATS,
+        "usage": {},
+        "ownUsage": {},
     }
     assert session["bytes"] == len(
         f'{{"type":"session","version":0,"id":"{session["id"]}","createdAt":'

@@ -139,6 +139,9 @@ def test_fork_creates_the_child_from_the_whole_log(client: TestClient) -> None:
         "title": None,
         "preview": "question 1",
         "bytes": child["bytes"],
+        "stats": get_session(client, "src")["stats"],  # the seed is the whole log
+        "usage": {},
+        "ownUsage": {},
     }
     assert events_of(client, "child") == events_of(client, "src")
     assert history_of(client, "child") == history_of(client, "src")

@@ -251,7 +251,7 @@ def test_a_kill_between_the_seed_and_the_events_leaves_no_child(
     live = make_client(
         create_app(
             Settings(data_dir=data_dir, fsync=False),
-            backend=FileBackend(data_dir, clock=wall_clock_ms, ops=disk, sync=False),
+            backend=FileBackend(data_dir, clock=wall_clock_ms, ops=disk, sync=False, compression="none"),
         )
     )
     create(live, id="src", seed=turns(2))

@@ -38,7 +38,7 @@ def stopped_backend(store: str, data_dir: Path, request: pytest.FixtureRequest) 
     """The test's store with a clock that stands still: a createdAt is then 1 + the largest one of its clock."""
     if store == "postgres":
         return PostgresBackend(request.getfixturevalue("forklog_db"), clock=lambda: NOW)
-    return FileBackend(data_dir, clock=lambda: NOW, sync=False)
+    return FileBackend(data_dir, clock=lambda: NOW, sync=False, compression="none")
 
 
 def test_another_tenants_creates_never_move_a_tenants_created_at(

@@ -1,7 +1,8 @@
 """The contract suite's backends: one fixture, one id per backend, each opened fresh for a test.
 
 A test asks for ``backend`` (opened) or for ``make_backend`` when it reopens the same store (durable backends only:
-``make_backend.durable`` says whether a reopened store keeps what was stored).
+``make_backend.durable`` says whether a reopened store keeps what was stored). The file backend runs in both of its
+encodings (spec 16): ``file-zstd`` (``.jsonl.zstd``, a new data directory's default) and ``file-none`` (``.jsonl``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from app.backends.memory import MemoryBackend
 from app.backends.postgres import PostgresBackend
 from app.domain.clock import wall_clock_ms
 
-BACKENDS = ["file", "memory", "postgres"]
+# "pgbouncer": the PostgreSQL backend through PgBouncer in transaction pooling mode (spec 6, A connection pooler).
+BACKENDS = ["file-zstd", "file-none", "memory", "postgres", "pgbouncer"]
+DATABASES = {"postgres": "forklog_db", "pgbouncer": "forklog_db_pooled"}
 
 
 @pytest.fixture
@@ -41,11 +44,20 @@ class BackendFactory:
     def durable(self) -> bool:
         return self.kind != "memory"
 
+    @property
+    def files(self) -> bool:
+        return self.kind.startswith("file")
+
+    @property
+    def compression(self) -> str | None:
+        """The file backend's encoding (None for another backend)."""
+        return self.kind.partition("-")[2] if self.files else None
+
     async def open(self) -> Backend:
         backend: Backend
-        if self.kind == "file":
-            backend = FileBackend(self.place, clock=self.clock, sync=False)
-        elif self.kind == "postgres":
+        if self.files:
+            backend = FileBackend(self.place, clock=self.clock, sync=False, compression=self.compression)
+        elif self.kind in DATABASES:
             assert self.database_url is not None
             backend = PostgresBackend(self.database_url, clock=self.clock)
         else:
@@ -67,7 +79,7 @@ class BackendFactory:
 
 @pytest.fixture(params=BACKENDS)
 async def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BackendFactory]:
-    url = request.getfixturevalue("forklog_db") if request.param == "postgres" else None
+    url = request.getfixturevalue(DATABASES[request.param]) if request.param in DATABASES else None
     factory = BackendFactory(request.param, tmp_path / "store", url)
     try:
         yield factory

@@ -487,6 +487,78 @@ async def test_a_restored_session_keeps_its_header_and_later_creates_follow_it(b
     assert await backend.tenants() == ["acme"]
 
 
+# -- archive (spec 17) -----------------------------------------------------------------------------------------------
+
+
+async def test_an_archived_session_keeps_its_log_and_is_listed_only_when_asked(backend: Backend) -> None:
+    lines = await create(backend, "old", turn(1))
+    await create(backend, "new")
+    found = await backend.find(key("old"))
+    assert found is not None and not found.header.archived
+
+    archived = await backend.set_archived(key("old"), found.header.instance, True)
+
+    assert archived is not None and archived.header == replace(found.header, archived=True)
+    assert archived.head == found.head and await everything(backend, "old") == lines
+    only = PageRequest(10, query=ListQuery(archived=True))
+    hidden = PageRequest(10, query=ListQuery(archived=False))
+    assert [session.id for session in await backend.page(DEFAULT_TENANT, only)] == ["old"]
+    assert [session.id for session in await backend.page(DEFAULT_TENANT, hidden)] == ["new"]
+    assert [session.id for session in await backend.page(DEFAULT_TENANT, PageRequest(10))] == ["old", "new"]
+    await append(backend, "old", turn(2))  # appended to as any other, and still archived
+    again = await backend.find(key("old"))
+    assert again is not None and again.header.archived and again.head.count == 16
+
+
+async def test_an_archive_of_another_incarnation_or_length_changes_nothing(backend: Backend) -> None:
+    await create(backend, "s", turn(1))
+    found = await backend.find(key("s"))
+    assert found is not None
+
+    assert await backend.set_archived(key("s"), "another", True) is None
+    assert await backend.set_archived(key("s"), found.header.instance, True, expected_count=7) is None
+    assert await backend.set_archived(key("nobody"), found.header.instance, True) is None
+    unchanged = await backend.find(key("s"))
+    assert unchanged is not None and not unchanged.header.archived
+    done = await backend.set_archived(key("s"), found.header.instance, True, expected_count=8)
+    assert done is not None and done.header.archived
+
+
+async def test_a_fork_of_an_archived_session_and_a_new_incarnation_are_not_archived(backend: Backend) -> None:
+    await create(backend, "src", turn(1))
+    found = await backend.find(key("src"))
+    assert found is not None
+    await backend.set_archived(key("src"), found.header.instance, True)
+
+    await fork(backend, "src", "kid", 8)
+    await backend.delete(key("src"))
+    await create(backend, "src")
+
+    for name in ("kid", "src"):
+        session = await backend.find(key(name))
+        assert session is not None and not session.header.archived, name
+
+
+async def test_archived_is_kept_across_a_reopen_and_by_a_restore(make_backend: BackendFactory) -> None:
+    backend = await make_backend.open()
+    log = seed_log(turn(1), now=NOW)
+    header = SessionHeader(id="old", created_at=NOW, instance="0123456789abcdef", archived=True)
+    restored = await backend.restore(key("old", "acme"), header, log)
+    await create(backend, "plain")
+    found = await backend.find(key("plain"))
+    assert found is not None
+    await backend.set_archived(key("plain"), found.header.instance, True)
+    await backend.set_archived(key("plain"), found.header.instance, False)
+    assert restored.header == header
+    if not make_backend.durable:
+        return
+    backend = await make_backend.reopen(backend)
+    kept = await backend.find(key("old", "acme"))
+    plain = await backend.find(key("plain"))
+    assert kept is not None and kept.header == header
+    assert plain is not None and not plain.header.archived
+
+
 # -- idempotency records (spec 8) ------------------------------------------------------------------------------------
 
 

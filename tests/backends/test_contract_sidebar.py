@@ -117,7 +117,7 @@ async def test_a_reopened_store_keeps_what_the_sidebar_shows(make_backend: Backe
 
 
 async def test_a_start_after_a_crash_rebuilds_what_the_sidebar_shows(make_backend: BackendFactory) -> None:
-    if make_backend.kind != "file":
+    if not make_backend.files:
         pytest.skip("a crash without the last checkpoints is the file backend's")
     backend = await make_backend.open()
     assert isinstance(backend, FileBackend)

@@ -21,16 +21,16 @@ from app.domain.limits import TenantLimits
 from app.domain.listing import PageRequest
 from app.domain.session import DEFAULT_TENANT, SessionKey
 from app.service.sessions import SessionService
-from tests.backends.conftest import BackendFactory
+from tests.backends.conftest import DATABASES, BackendFactory
 from tests.backends.test_contract import turn
 
 pytestmark = pytest.mark.anyio
 
 
 def unopened(factory: BackendFactory) -> Backend:
-    if factory.kind == "file":
-        return FileBackend(factory.place, clock=wall_clock_ms, sync=False)
-    if factory.kind == "postgres":
+    if factory.files:
+        return FileBackend(factory.place, clock=wall_clock_ms, sync=False, compression=factory.compression)
+    if factory.kind in DATABASES:
         assert factory.database_url is not None
         return PostgresBackend(factory.database_url, clock=wall_clock_ms)
     return MemoryBackend(clock=wall_clock_ms)

@@ -8,6 +8,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import pytest
+import zstandard
 from forklog_client import (
     AsyncForklog,
     ConnectionError,
@@ -177,3 +178,16 @@ def test_random_drops_change_nothing_twice_and_miss_nothing(server: Server, prox
     assert len(stored_events(server, "apy-random-4")) == 4 * 7 - 1
     assert session_ids(server, "apy-random") == [f"apy-random-{n}" for n in range(1, 5)]
     assert len(proxy.faults_met()) >= 5
+
+
+def test_the_async_client_reads_the_log_raw_or_zstd(server: Server) -> None:
+    async def read() -> tuple[bytes, bytes]:
+        async with client_of(server.base) as client:
+            await client.sessions.create(id="apy-log")
+            await client.sessions.append("apy-log", turn(1))
+            return await client.sessions.log("apy-log"), await client.sessions.log("apy-log", compression="zstd")
+
+    raw, compressed = run(read())
+
+    assert raw.count(b"\n") == 1 + len(turn(1))
+    assert zstandard.ZstdDecompressor().stream_reader(compressed, read_across_frames=True).read() == raw

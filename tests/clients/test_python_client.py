@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
+import zstandard
 from forklog_client import (
     CORE_EVENT_TYPES,
     ConnectionError,
@@ -431,3 +432,22 @@ def test_random_drops_change_nothing_twice_and_miss_nothing(server: Server, prox
     assert sorted(session_ids(server, "py-random")) == [f"py-random-{n}" for n in range(1, 5)]
     assert seqs == list(range(4 * 7))
     assert len(proxy.faults_met()) >= 5
+
+
+def test_log_reads_the_session_as_a_dsh_file_raw_or_zstd(server: Server) -> None:
+    with client_of(server.base) as client:
+        client.sessions.create(id="py-log", meta={"cwd": "/work"})
+        client.sessions.append("py-log", turn(1))
+
+        raw = client.sessions.log("py-log")
+        compressed = client.sessions.log("py-log", compression="zstd")
+
+        header, *lines = raw.decode().splitlines()
+        assert json.loads(header)["id"] == "py-log"
+        assert [json.loads(line) for line in lines] == [event.to_dict() for event in client.sessions.events("py-log")]
+        assert compressed[:4] == b"\x28\xb5\x2f\xfd"
+        assert zstandard.ZstdDecompressor().stream_reader(compressed, read_across_frames=True).read() == raw
+        with pytest.raises(SessionNotFoundError):
+            client.sessions.log("py-nobody")
+        with pytest.raises(ValueError, match="'none' or 'zstd'"):
+            client.sessions.log("py-log", compression="gzip")

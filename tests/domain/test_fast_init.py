@@ -12,6 +12,7 @@ import pytest
 from app.backends.base import Tip
 from app.domain.fast_init import fast_init
 from app.domain.session import LogHead, Session, SessionHeader, SessionKey
+from app.domain.stats import NO_STATS
 from app.service.appends import Appended
 from app.service.idempotency import Answer
 
@@ -49,7 +50,7 @@ def test_a_head_made_by_position_or_by_name_holds_what_was_given() -> None:
         preview="a preview",
     )
     assert by_position == by_name
-    assert dataclasses.astuple(by_position) == (3, 1000, "turn/end", 2, None, 120, "a title", "a preview")
+    assert dataclasses.astuple(by_position) == (3, 1000, "turn/end", 2, None, 120, "a title", "a preview", NO_STATS)
     assert hash(by_position) == hash(by_name)
     assert dataclasses.astuple(LogHead()) == dataclasses.astuple(_twin(LogHead)())
 

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from app.api.wire.resources import json_array_pieces
-from app.domain.log import SessionLog
+from app.domain.log import FORK_SEAL_BYTES, SEAL_BYTES, SessionLog
 from tests.domain.builders import turns
 
 
@@ -102,3 +102,20 @@ def test_every_prefix_of_a_log_in_parts_is_that_prefix_and_grows_on_its_own(per_
         assert source.lines() == before
     grown(source, turns(1, first=7), 2)
     assert source.lines().startswith(before)
+
+
+def test_forks_of_a_large_growing_part_share_its_bytes_instead_of_copying_them_each() -> None:
+    events = turns(300)
+    source = grown(SessionLog(), events, 50)
+    assert FORK_SEAL_BYTES <= source.byte_size < SEAL_BYTES and not source._sealed  # one growing part, large
+    count = len(source)
+    first, second = source.prefix(count), source.prefix(count)
+    # Both children hold the seed through views of one buffer, and read as the source read.
+    assert first._sealed[-1].body.obj is second._sealed[-1].body.obj  # type: ignore[union-attr]
+    assert observed(first) == observed(second) == observed(grown(SessionLog(), events, 1000))
+    # Each grows on its own, and the source appends on without changing what they share.
+    follow = turns(2, first=source.state.next_turn)
+    seed = source.lines()
+    grown(source, follow, 3)
+    grown(first, follow, 1)
+    assert second.lines() == seed and first.lines() == source.lines()

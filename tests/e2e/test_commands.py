@@ -13,6 +13,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+import zstandard
 
 from tests.backends.files import builders as b
 from tests.backends.files.conftest import FileStore
@@ -24,8 +25,10 @@ TURN = len(b.full_turn(1))
 
 
 def make_sessions(data_dir: Path) -> None:
+    """Three sessions in raw .jsonl files (the tests read and damage their lines)."""
+
     async def make() -> None:
-        store = await FileStore(data_dir).open()
+        store = await FileStore(data_dir, compression="none").open()
         await store.create("demo", b.turns(1, 2), {"cwd": "/work"})
         await store.fork("demo", child_id="child")
         await store.create("other", b.turns(1, 1), None)
@@ -207,3 +210,55 @@ def test_verify_shows_a_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
     os.close(controller)
     assert b"verifying" in seen
     assert b"3 sessions, " in seen
+
+
+def test_export_compression_zstd_writes_dsh_frames_and_import_reads_them_by_content(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    make_sessions(data_dir)
+    raw = subprocess.run(
+        [sys.executable, "-m", "app", "export", "demo", "--data-dir", str(data_dir)],
+        cwd=REPO, capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    compressed = subprocess.run(
+        [sys.executable, "-m", "app", "export", "demo", "--compression", "zstd", "--data-dir", str(data_dir)],
+        cwd=REPO, capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    assert compressed[:4] == b"\x28\xb5\x2f\xfd"
+    assert zstandard.ZstdDecompressor().stream_reader(compressed, read_across_frames=True).read() == raw
+    log = tmp_path / "demo.jsonl"  # a name that says nothing of the encoding: the content does
+    log.write_bytes(compressed)
+
+    imported = run_app("import", str(log), "--id", "again", "--data-dir", str(data_dir))
+
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.startswith(f"imported again (tenant default): {2 * TURN} events, ")
+    again = run_app("export", "again", "--data-dir", str(data_dir)).stdout
+    assert again.split("\n", 1)[1] == raw.decode().split("\n", 1)[1]
+
+
+def test_import_refuses_a_damaged_or_torn_zstd_log_saying_where(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    make_sessions(data_dir)
+    compressed = subprocess.run(
+        [sys.executable, "-m", "app", "export", "demo", "--compression", "zstd", "--data-dir", str(data_dir)],
+        cwd=REPO, capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    torn, flipped = tmp_path / "torn.jsonl.zstd", tmp_path / "flipped.jsonl.zstd"
+    torn.write_bytes(compressed[:-3])
+    damaged = bytearray(compressed)
+    damaged[-6] ^= 0xFF  # inside the last frame: its checksum no longer holds
+    flipped.write_bytes(bytes(damaged))
+
+    for path in (torn, flipped):
+        done = run_app("import", str(path), "--id", "bad", "--data-dir", str(data_dir))
+        assert done.returncode == 1
+        assert "is not an intact .jsonl.zstd log" in done.stderr and "at byte" in done.stderr, done.stderr
+    assert run_app("export", "bad", "--data-dir", str(data_dir)).returncode == 1
+
+
+def test_export_refuses_an_unknown_compression(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    make_sessions(data_dir)
+    done = run_app("export", "demo", "--compression", "gzip", "--data-dir", str(data_dir))
+    assert done.returncode == 2
+    assert "invalid choice: 'gzip'" in done.stderr

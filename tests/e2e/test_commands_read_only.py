@@ -84,7 +84,7 @@ def test_verify_export_and_copy_change_nothing_of_the_directory_they_read(tmp_pa
         assert exported.returncode == 0, exported.stderr
         assert exported.stdout == expected[(tenant, name)]
         assert tree(data_dir) == before, f"export {name} --tenant {tenant} changed the data directory"
-    copied = run_app("copy", "--from", str(data_dir), "--to", str(tmp_path / "copy"))
+    copied = run_app("copy", "--from", str(data_dir), "--to", str(tmp_path / "copy"), "--compression", "none")
     assert copied.returncode == 0, copied.stderr
     assert "copied 8 sessions (42 events)" in copied.stderr
     assert tree(data_dir) == before, "copy changed its source"
@@ -134,7 +134,7 @@ def test_verify_export_and_copy_work_on_a_read_only_data_directory(tmp_path: Pat
         exported = export(data_dir, tenant, name, runner)
         assert exported.returncode == 0, exported.stderr
         assert exported.stdout == expected[(tenant, name)]
-    copied = app("copy", "--from", str(data_dir), "--to", str(tmp_path / "copy"))
+    copied = app("copy", "--from", str(data_dir), "--to", str(tmp_path / "copy"), "--compression", "none")
     assert copied.returncode == 0, copied.stderr
     assert len(session_files(tmp_path / "copy")) == 8
     assert tree(data_dir) == before

@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from app.backends.base import SeedLog, SeedPrefix
 from app.backends.files import FileBackend
 from app.domain.clock import wall_clock_ms
+from app.domain.dsh_frames import decode_log
 from app.domain.ids import new_instance
 from app.domain.log import seed_log
 from app.domain.session import SessionKey
@@ -39,9 +41,9 @@ def turn(number: int, text: str) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-async def fill(data_dir: Path) -> None:
+async def fill(data_dir: Path, compression: str = "none") -> None:
     """Sessions of two tenants: seeded, appended to (an open turn too), forked, forked again, one deleted."""
-    backend = FileBackend(data_dir, clock=wall_clock_ms, sync=False)
+    backend = FileBackend(data_dir, clock=wall_clock_ms, sync=False, compression=compression)
     await backend.open()
 
     async def fork(source: SessionKey, child: str, count: int, **lineage: Any) -> None:
@@ -70,16 +72,26 @@ async def fill(data_dir: Path) -> None:
         await backend.close()
 
 
-def session_files(data_dir: Path) -> dict[str, bytes]:
+def session_files(data_dir: Path, suffix: str = ".jsonl") -> dict[str, bytes]:
     return {
         str(path.relative_to(data_dir)): path.read_bytes()
-        for path in sorted(data_dir.rglob("*.jsonl"))
+        for path in sorted(data_dir.rglob(f"*{suffix}"))
         if "sessions" in path.parts
     }
 
 
+def logical_files(data_dir: Path) -> dict[str, bytes]:
+    """Each session file's lines (a .jsonl.zstd decompressed), by its path without the encoding's suffix; the data
+    directory holds files of one encoding only."""
+    raw, compressed = session_files(data_dir), session_files(data_dir, ".jsonl.zstd")
+    assert not (raw and compressed), "a data directory of two encodings"
+    return {name.removesuffix(".jsonl"): data for name, data in raw.items()} | {
+        name.removesuffix(".jsonl.zstd"): decode_log(data) for name, data in compressed.items()
+    }
+
+
 def test_files_to_postgres_to_files_gives_the_same_session_files(tmp_path: Path, forklog_db: str) -> None:
-    original, back = tmp_path / "original", tmp_path / "back"
+    original, back, back_raw = tmp_path / "original", tmp_path / "back", tmp_path / "back-raw"
     asyncio.run(fill(original))
     files = session_files(original)
     assert len(files) == 8
@@ -88,10 +100,52 @@ def test_files_to_postgres_to_files_gives_the_same_session_files(tmp_path: Path,
     assert there.returncode == 0, there.stderr
     assert "copied 8 sessions" in there.stderr
     assert "\x1b[" not in there.stderr  # no progress bar without a terminal
-    again = run_app("copy", "--from", forklog_db, "--to", str(back))
+    again = run_app("copy", "--from", forklog_db, "--to", str(back_raw), "--compression", "none")
     assert again.returncode == 0, again.stderr
+    assert session_files(back_raw) == files
 
-    assert session_files(back) == files
+    compressed = run_app("copy", "--from", forklog_db, "--to", str(back))  # a new directory: zstd
+    assert compressed.returncode == 0, compressed.stderr
+    assert not session_files(back) and len(session_files(back, ".jsonl.zstd")) == 8
+    assert logical_files(back) == logical_files(original)
+
+
+@pytest.mark.parametrize("encoding", ["none", "zstd"])
+def test_a_copy_between_data_directories_converts_the_encoding_keeping_every_line(
+    tmp_path: Path, encoding: str
+) -> None:
+    other = "zstd" if encoding == "none" else "none"
+    original, converted, back = tmp_path / "original", tmp_path / "converted", tmp_path / "back"
+    asyncio.run(fill(original, encoding))
+    lines = logical_files(original)
+    assert len(lines) == 8
+
+    done = run_app("copy", "--from", str(original), "--to", str(converted), "--compression", other)
+    assert done.returncode == 0, done.stderr
+    assert orjson.loads((converted / "format.json").read_bytes()) == {"compression": other}
+    assert logical_files(converted) == lines
+    assert len(session_files(converted, ".jsonl.zstd" if other == "zstd" else ".jsonl")) == 8
+
+    again = run_app("copy", "--from", str(converted), "--to", str(back), "--compression", encoding)
+    assert again.returncode == 0, again.stderr
+    assert logical_files(back) == lines
+    if encoding == "none":
+        assert session_files(back) == session_files(original), "raw files come back byte for byte"
+
+
+def test_copy_into_a_data_directory_of_the_other_encoding_is_refused_naming_both(tmp_path: Path) -> None:
+    original, target = tmp_path / "original", tmp_path / "target"
+    asyncio.run(fill(original, "zstd"))
+    asyncio.run(fill(target, "zstd"))  # the same ids: only the encoding is refused first
+    before = logical_files(target)
+
+    refused = run_app("copy", "--from", str(original), "--to", str(target), "--compression", "none")
+
+    assert refused.returncode != 0
+    assert "'zstd'" in refused.stderr and "'none'" in refused.stderr and "forklog copy" in refused.stderr
+    assert logical_files(target) == before
+    database = run_app("copy", "--from", str(original), "--to", "postgresql://u@localhost/x", "--compression", "zstd")
+    assert database.returncode != 0 and "is a database" in database.stderr
 
 
 def test_a_taken_id_stops_the_copy_before_anything_is_written(tmp_path: Path, forklog_db: str) -> None:
@@ -107,7 +161,7 @@ def test_a_taken_id_stops_the_copy_before_anything_is_written(tmp_path: Path, fo
     assert "already exist" in refused.stderr and '"kid"' in refused.stderr and "nothing was copied" in refused.stderr
     back = tmp_path / "back"
     assert run_app("copy", "--from", forklog_db, "--to", str(back)).returncode == 0
-    assert list(session_files(back)) == ["sessions/kid.jsonl"]
+    assert list(logical_files(back)) == ["sessions/kid"]
 
     skipping = run_app("copy", "--from", str(original), "--to", forklog_db, "--skip-existing")
     assert skipping.returncode == 0, skipping.stderr

@@ -174,7 +174,7 @@ def test_the_image_needs_a_keys_file_and_starts_with_one(tmp_path: Path) -> None
 def test_compose_mounts_the_keys_file_as_a_secret_where_the_image_reads_it() -> None:
     document = compose()
     forklogs = [service for service in document["services"].values() if service.get("build") == "."]
-    assert len(forklogs) == 3, "the service, and the two replicas of the postgres profile"
+    assert len(forklogs) == 4, "the service, the two replicas of the postgres profile, and the ha profile's"
     for service in forklogs:
         (secret,) = service["secrets"]
         assert env()["FORKLOG_KEYS_FILE"] == f"/run/secrets/{secret}"

@@ -33,10 +33,13 @@ def note(text: str) -> dict[str, Any]:
     return {"type": "forklog-test/note", "data": {"text": text}}
 
 
-@pytest.fixture
-def replicas(start_server: StartServer, forklog_db: str) -> tuple[Server, Server]:
-    first = start_server(None, "--database-url", forklog_db)
-    second = start_server(None, "--database-url", forklog_db)
+@pytest.fixture(params=["direct", "pgbouncer"])
+def replicas(start_server: StartServer, forklog_db: str, request: pytest.FixtureRequest) -> tuple[Server, Server]:
+    """Two replicas on one database: each on its own connection to it, or both through PgBouncer in transaction
+    pooling mode (spec 6, A connection pooler), where the change feed polls (no direct URL)."""
+    url = forklog_db if request.param == "direct" else request.getfixturevalue("forklog_db_pooled")
+    first = start_server(None, "--database-url", url)
+    second = start_server(None, "--database-url", url)
     return first, second
 
 

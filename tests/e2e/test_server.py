@@ -128,6 +128,9 @@ def check_walk_answers(answers: list[Answer]) -> None:
         "title": None,
         "preview": "Hello",
         "bytes": None,
+        "stats": appended_session["stats"] | {"turns": 1, "steps": 1},
+        "usage": {},
+        "ownUsage": {},
     }
 
     child = forked.json()
@@ -225,7 +228,7 @@ def test_bad_settings_exit_non_zero_with_a_clear_message(
 def test_a_corrupt_session_is_listed_and_refused_until_repaired(start_server: StartServer, tmp_path: Path) -> None:
     """The README's repair procedure: /readyz names the file, truncating the damaged tail brings the session back."""
     data_dir = tmp_path / "data"
-    first = start_server(data_dir)
+    first = start_server(data_dir, "--compression", "none")  # (the README's repair edits a raw file)
     turn = [
         {"type": "turn/start", "data": {"turn": 1}},
         {"type": "turn/end", "data": {"turn": 1, "reason": {"kind": "completed"}}},

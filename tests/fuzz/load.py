@@ -373,5 +373,7 @@ def verify(base_url: str, record: Record, data_dir: Path) -> dict[str, list[dict
         if session_id in logs and session_id not in record.maybe_deleted:
             assert logs[session_id][: len(seed)] == seed, f"{session_id} changed under an earlier snapshot"
     files = data_files(data_dir)
-    assert sorted(files) == sorted(f"sessions/{session_id}.jsonl" for session_id in logs), sorted(files)
+    # (either encoding's file: .jsonl, or .jsonl.zstd)
+    named = sorted(name.removesuffix(".zstd") for name in files)
+    assert named == sorted(f"sessions/{session_id}.jsonl" for session_id in logs), sorted(files)
     return logs

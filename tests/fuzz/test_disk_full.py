@@ -67,7 +67,8 @@ def test_a_full_disk_answers_503_keeps_everything_and_recovers(small_disk: Path,
     ballast = small_disk / "ballast"
     ballast.write_bytes(b"\0" * 256 * 1024)  # given back later: "space returns"
     data_dir = small_disk / "data"
-    server = ServerProcess(data_dir, log_path=tmp_path / "server.log").start()
+    # (raw files: the padded turns would compress to almost nothing, and the disk would not fill)
+    server = ServerProcess(data_dir, log_path=tmp_path / "server.log", args=("--compression", "none")).start()
     try:
         with httpx.Client(base_url=server.base_url, timeout=30) as client:
             assert client.post("/sessions", json={"id": "full"}).status_code == 201
@@ -176,7 +177,7 @@ class FailingDisk(FileOps):
 
 
 async def _in_process(data_dir: Path, disk: FailingDisk) -> None:
-    backend = FileBackend(data_dir, clock=wall_clock_ms, ops=disk)
+    backend = FileBackend(data_dir, clock=wall_clock_ms, ops=disk, compression="none")
     app = create_app(Settings(data_dir=data_dir, fsync=True), backend=backend)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -243,7 +244,7 @@ def test_writes_refused_for_a_while_answer_503_and_lose_nothing(tmp_path: Path) 
 
     # Reopened from disk (as after a restart): every session whole, none corrupt.
     async def reopen() -> None:
-        reopened = FileBackend(data_dir, clock=wall_clock_ms)
+        reopened = FileBackend(data_dir, clock=wall_clock_ms, compression="none")
         try:
             await reopened.open()
             assert reopened.corrupt == []

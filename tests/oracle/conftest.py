@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+# ../shared beside the repo; FORKLOG_SHARED_DIR names it elsewhere (a worktree of the repo lies one folder deeper).
+SHARED = Path(os.environ.get("FORKLOG_SHARED_DIR") or Path(__file__).resolve().parents[2].parent / "shared")
 ORACLE_SOURCE = SHARED / "tools" / "dsh-oracle"
 FIXTURES = SHARED / "fixtures" / "dsh-logs"
 
@@ -31,12 +32,29 @@ class Oracle:
             ["node", str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
         )
 
-    def seed(self, events: list[Any]) -> dict[str, Any]:
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self._process.stdin is not None and self._process.stdout is not None
-        self._process.stdin.write(json.dumps({"op": "seed", "seed": events}) + "\n")
+        self._process.stdin.write(json.dumps(request) + "\n")
         self._process.stdin.flush()
         answer: dict[str, Any] = json.loads(self._process.stdout.readline())
         return answer
+
+    def seed(self, events: list[Any]) -> dict[str, Any]:
+        return self.ask({"op": "seed", "seed": events})
+
+    def closers(self, events: list[Any]) -> list[dict[str, Any]]:
+        """DSH's ``interruptedTurnClosers`` for a log of stored events."""
+        answer = self.ask({"op": "closers", "events": events})
+        assert answer["ok"], answer
+        closers: list[dict[str, Any]] = answer["events"]
+        return closers
+
+    def stats(self, events: list[Any]) -> dict[str, Any]:
+        """DSH's ``sessionStats`` fold of a log of stored events."""
+        answer = self.ask({"op": "stats", "events": events})
+        assert answer["ok"], answer
+        stats: dict[str, Any] = answer["stats"]
+        return stats
 
     def close(self) -> None:
         if self._process.stdin is not None:

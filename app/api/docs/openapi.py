@@ -23,7 +23,7 @@ from app.api.routing.declarations import RouteSpec
 from app.api.wire.idempotency_key import HEADER as IDEMPOTENCY_KEY
 from app.api.wire.idempotency_key import REPLAYED
 from app.api.wire.problems import PROBLEM_JSON, PROBLEMS
-from app.api.wire.requests import APPEND, CREATE, FORK, ID_REGEX, SNAPSHOT, BodyShape
+from app.api.wire.requests import APPEND, CREATE, FORK, ID_REGEX, INTERRUPT, SNAPSHOT, UPDATE, BodyShape
 from app.api.wire.schemas import (
     event_schemas,
     field_error_schema,
@@ -119,7 +119,7 @@ _SSE_FRAMES = (
     'when the session is deleted, a frame "event: deleted" with data {"id": ...}, then the end; a ": ping" comment '
     "line at least every 15 s"
 )
-BODY_SHAPES: tuple[BodyShape, ...] = (CREATE, APPEND, SNAPSHOT, FORK)
+BODY_SHAPES: tuple[BodyShape, ...] = (CREATE, APPEND, SNAPSHOT, FORK, UPDATE, INTERRUPT)
 
 
 def _declared_problems(

@@ -15,7 +15,7 @@ from app.domain.errors import ErrorCode
 
 __all__ = ["ALLOWED_HEADERS", "ALLOWED_METHODS", "EXPOSED_HEADERS", "Cors", "is_preflight"]
 
-ALLOWED_METHODS = ("GET", "POST", "DELETE")
+ALLOWED_METHODS = ("GET", "POST", "PATCH", "DELETE")
 ALLOWED_HEADERS = ("Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID")
 EXPOSED_HEADERS = ("Location", "Idempotent-Replayed")
 PREFLIGHT_MAX_AGE = 600

@@ -2,13 +2,14 @@
 
 from fastapi import APIRouter
 
-from app.api.routes import docs, events, forks, health, history, lineage, metrics, sessions, stream
+from app.api.routes import docs, events, forks, health, history, lineage, metrics, sessions, stream, turns
 
 __all__ = ["routers"]
 
 routers: tuple[APIRouter, ...] = (
     sessions.router,
     events.router,
+    turns.router,
     stream.router,
     history.router,
     lineage.router,

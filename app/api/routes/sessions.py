@@ -1,4 +1,4 @@
-"""Sessions: create, list, read one, delete."""
+"""Sessions: create, list, read one, archive, delete."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from app.api.routing.declarations import RouteSpec
 from app.api.wire.idempotency_key import answer_response, idempotent_request
 from app.api.wire.listing import list_query_of, query_digest
 from app.api.wire.problems import invalid_request
-from app.api.wire.requests import CREATE, LIST_QUERY
+from app.api.wire.requests import CREATE, LIST_QUERY, UPDATE
 from app.api.wire.resources import decode_cursor, encode_cursor, match_json, session_json, session_payload
 from app.api.wire.schemas import SessionOut, SessionPage
 from app.domain.access import Scope
@@ -100,6 +100,26 @@ async def list_sessions(request: Request) -> Response:
 async def get_session(request: Request) -> Response:
     key = key_of(request)
     return json_response(session_payload(await service_of(request).reads.get(key)))
+
+
+@router.declare(
+    RouteSpec(
+        "PATCH",
+        "/sessions/{id}",
+        Scope.WRITE,
+        body=UPDATE,
+        refusals=(*SESSION_ID, ErrorCode.SESSION_NOT_LIVE, ErrorCode.SEQ_CONFLICT),
+    ),
+    SessionOut,
+    summary="Archive or unarchive a session (hidden from lists and searches unless asked for; its log unchanged)",
+)
+async def update_session(request: Request) -> Response:
+    key = key_of(request)
+    members = UPDATE.parse(await body_of(request, empty_is_object=False))
+    session = await service_of(request).set_archived(
+        key, members["archived"], expected_seq=members["expectedSeq"], instance=members["instance"]
+    )
+    return json_response(session_payload(session))
 
 
 @router.declare(

@@ -64,6 +64,7 @@ PROBLEMS: dict[ErrorCode, ProblemSpec] = {
     ErrorCode.NOT_AT_TURN_BOUNDARY: ProblemSpec(
         409, "Not at a turn boundary", ("lastEventType", "openTurn", "lastTurnEndSeq")
     ),
+    ErrorCode.NOT_IN_TURN: ProblemSpec(409, "No turn is open", ("lastTurnEndSeq",)),
     ErrorCode.SEQ_CONFLICT: ProblemSpec(409, "Sequence conflict", ("currentSeq",)),
     ErrorCode.INVALID_BOUNDARY: ProblemSpec(422, "Invalid boundary", (), ("reason",)),
     ErrorCode.INVALID_SEED: ProblemSpec(422, "Invalid seed", ("reason",), ("index",)),

@@ -26,11 +26,13 @@ __all__ = [
     "FORK",
     "FORK_BOUNDARIES",
     "HISTORY_QUERY",
+    "INTERRUPT",
     "LIST_QUERY",
     "MAX_APPEND_EVENTS",
     "READ_QUERY",
     "SNAPSHOT",
     "STREAM_QUERY",
+    "UPDATE",
     "BodyShape",
     "Kind",
     "Member",
@@ -50,6 +52,7 @@ class Kind(Enum):
     SEED = "seed"  # an array of seed events
     META = "meta"  # a create's meta: an object of the header's fields
     IGNORED = "ignored"  # accepted and ignored (a snapshot's source, posted back to create)
+    BOOLEAN = "boolean"  # true or false, nothing else (not 1, not "true")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,10 @@ class Member:
             if not isinstance(value, str):
                 raise invalid_request(self.name, "must be a string")
             return check_id(value, self.name) if kind is Kind.ID else value
+        if kind is Kind.BOOLEAN:
+            if not isinstance(value, bool):
+                raise invalid_request(self.name, "must be true or false")
+            return value
         if kind is Kind.INTEGER:
             if not is_number(value) or not float(value).is_integer():
                 raise invalid_request(self.name, "must be an integer")
@@ -123,6 +130,8 @@ class Member:
                 schema["maxItems"] = self.maximum
         elif self.kind is Kind.META:
             schema = {"$ref": "#/components/schemas/CreateMeta"}
+        elif self.kind is Kind.BOOLEAN:
+            schema = {"type": "boolean"}
         else:
             schema = {}
         return {**schema, "description": self.description}
@@ -308,6 +317,11 @@ APPEND = BodyShape(
     element_member="events",
     empty_is_object=False,
 )
+INTERRUPT = BodyShape(
+    "InterruptRequest",
+    "POST /sessions/{id}/interrupt (the body may be empty): the open turn closed as DSH closes an abandoned one",
+    (_EXPECTED_SEQ, _INSTANCE),
+)
 SNAPSHOT = BodyShape(
     "SnapshotRequest", "POST /sessions/{id}/snapshot (the body may be empty)", (_INSTANCE, _AT_SEQ, _EXPECTED_SEQ)
 )
@@ -340,6 +354,21 @@ FORK = BodyShape(
     ),
     element_member="events",
 )
+UPDATE = BodyShape(
+    "SessionUpdate",
+    "PATCH /sessions/{id}: archive or unarchive the session (no event is written)",
+    (
+        Member(
+            "archived",
+            Kind.BOOLEAN,
+            "true hides the session from lists and searches unless they ask for archived ones; false shows it again",
+            required=True,
+        ),
+        _EXPECTED_SEQ,
+        _INSTANCE,
+    ),
+    empty_is_object=False,
+)
 # A fork names its boundary one way at most.
 FORK_BOUNDARIES = ("atSeq", "atTurn", "atMessageId")
 
@@ -365,6 +394,12 @@ LIST_QUERY = QueryShape(
         QueryParameter("cwd", Kind.STRING, "only sessions whose cwd equals it"),
         QueryParameter("origin", Kind.STRING, "only sessions whose origin equals it"),
         QueryParameter("agentPreset", Kind.STRING, "only sessions whose agentPreset equals it"),
+        QueryParameter(
+            "archived",
+            Kind.STRING,
+            "false (the default: archived sessions are hidden), true (only archived ones) or any",
+            choices=("false", "true", "any"),
+        ),
         QueryParameter(
             "q",
             Kind.STRING,

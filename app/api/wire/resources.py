@@ -13,6 +13,7 @@ from app.domain.dsh_records import encode_header
 from app.domain.ids import is_valid_id
 from app.domain.search import Match
 from app.domain.session import HEADER_FIELDS, Session, SessionHeader
+from app.domain.stats import SessionStats
 from app.service.idempotency import Answer
 from app.service.sessions import Appended
 
@@ -35,6 +36,7 @@ SESSION_MEMBERS: tuple[str, ...] = (
     "instance",
     "createdAt",
     *(field.key for field in HEADER_FIELDS),
+    "archived",
     "eventCount",
     "lastEventType",
     "openTurn",
@@ -44,6 +46,9 @@ SESSION_MEMBERS: tuple[str, ...] = (
     "title",
     "preview",
     "bytes",
+    "stats",
+    "usage",
+    "ownUsage",
 )
 
 
@@ -53,6 +58,7 @@ def session_json(session: Session) -> dict[str, Any]:
     resource: dict[str, Any] = {"id": header.id, "instance": header.instance, "createdAt": header.created_at}
     for field in HEADER_FIELDS:
         resource[field.key] = getattr(header, field.attr)
+    resource["archived"] = header.archived
     resource["eventCount"] = head.count
     resource["lastEventType"] = head.last_type
     resource["openTurn"] = head.open_turn
@@ -62,6 +68,9 @@ def session_json(session: Session) -> dict[str, Any]:
     resource["title"] = head.title
     resource["preview"] = head.preview
     resource["bytes"] = len(encode_header(header)) + head.body_bytes
+    resource["stats"] = head.stats.view()
+    resource["usage"] = dict(head.stats.usage)
+    resource["ownUsage"] = dict(head.stats.own_usage)
     return resource
 
 
@@ -89,8 +98,27 @@ def session_payload(session: Session) -> bytes:
                 "preview": head.preview,
                 "bytes": header_bytes + head.body_bytes,
             }
-        )[1:]
+        )[1:-1]
+        + _stats_part(head.stats)
     )
+
+
+# The encoded figures of recent stats values, by identity (kept with the value, as _HEADER_PARTS keeps headers): an
+# append that changes no figure (most streamed chunks) encodes none.
+_STATS_PARTS: dict[int, tuple[SessionStats, bytes]] = {}
+_STATS_PARTS_KEPT = 4096
+
+
+def _stats_part(stats: SessionStats) -> bytes:
+    """The Session resource's closing members from ``stats``: ``,"stats":{...},"usage":{...},"ownUsage":{...}}``."""
+    kept = _STATS_PARTS.get(id(stats))
+    if kept is not None and kept[0] is stats:
+        return kept[1]
+    part = b"," + orjson.dumps({"stats": stats.view(), "usage": stats.usage, "ownUsage": stats.own_usage})[1:]
+    if len(_STATS_PARTS) >= _STATS_PARTS_KEPT:
+        _STATS_PARTS.clear()
+    _STATS_PARTS[id(stats)] = (stats, part)
+    return part
 
 
 # The encoded header members of recent headers, by identity (the header itself is kept, so an id is never reused
@@ -108,6 +136,7 @@ def _header_part(header: SessionHeader) -> tuple[bytes, int]:
     members: dict[str, Any] = {"id": header.id, "instance": header.instance, "createdAt": header.created_at}
     for field in HEADER_FIELDS:
         members[field.key] = getattr(header, field.attr)
+    members["archived"] = header.archived
     prefix = orjson.dumps(members)[:-1] + b","
     if len(_HEADER_PARTS) >= _HEADER_PARTS_KEPT:
         _HEADER_PARTS.clear()

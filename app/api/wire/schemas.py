@@ -244,11 +244,41 @@ TurnNumber = Annotated[int, WithJsonSchema(NUMBER_FROM_ONE)]
 
 _JSON_TYPES: dict[str, Any] = {"string": str, "integer": int}
 
+
+class SessionStats(BaseModel):
+    """DSH's sessionStats fold of the whole log (spec 17): counts, and wall times in milliseconds."""
+
+    turns: Count = Field(description="turns with at least one step/end")
+    steps: Count = Field(description="step/end events")
+    llmMs: float = Field(ge=0, description="model time: each step's step/start to its assistant/message")
+    toolMs: float = Field(ge=0, description="tool time: each tool/call to the tool/result of its callId")
+    ttftMs: float = Field(ge=0, description="time to first token, summed over the steps that streamed one")
+    ttftSteps: Count = Field(description="the steps whose first token was seen")
+    decodeMs: float = Field(ge=0, description="first token to assistant/message, on steps that report outputTokens")
+    decodeTokens: float = Field(ge=0, description="the outputTokens of those steps")
+
+
+TokenSums = Annotated[
+    dict[str, int],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "additionalProperties": {"type": "integer"},
+            "description": "per member (inputTokens, outputTokens, cacheReadTokens, reasoningTokens, any other), "
+            "the sum of its integer values over the usage chunks",
+        }
+    ),
+]
+
 # The Session resource (spec 3): every member present, an unset header field as null.
 _SESSION_FIELDS: dict[str, Any] = {"id": (str, ...), "instance": (str, ...), "createdAt": (int, ...)}
 for _field in HEADER_FIELDS:
     _type = Count if _field.key == "delegationDepth" else _JSON_TYPES[_field.json_type] | None
     _SESSION_FIELDS[_field.key] = (_type, Field(..., description=_field.description))
+_SESSION_FIELDS["archived"] = (
+    bool,
+    Field(..., description="whether the session is archived: hidden from lists and searches unless asked for"),
+)
 _SESSION_FIELDS.update(
     eventCount=(Count, Field(..., description="the log's length: the seq of the next event")),
     lastEventType=(str | None, ...),
@@ -266,6 +296,12 @@ _SESSION_FIELDS.update(
         ),
     ),
     bytes=(Count, Field(..., description="the length in bytes of the session's log as export writes it")),
+    stats=(SessionStats, Field(..., description="DSH's sessionStats fold of the whole log")),
+    usage=(TokenSums, Field(..., description="token sums over every usage chunk of the log")),
+    ownUsage=(
+        TokenSums,
+        Field(..., description="token sums over the usage chunks after the seed (seedLength) only"),
+    ),
 )
 SessionOut: type[BaseModel] = create_model("SessionOut", __doc__="The Session resource.", **_SESSION_FIELDS)
 

@@ -9,6 +9,7 @@ While it runs, every session's checked prefix is kept current in the checkpoint 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import concurrent.futures
 import contextlib
 import functools
@@ -34,19 +35,24 @@ from app.backends.base import (
 )
 from app.backends.catalog import Catalog, LiveSession
 from app.backends.catalog_reads import CatalogReads, readiness_of, starting_log
-from app.backends.errors import Access
+from app.backends.errors import Access, StorageUnavailable
 from app.backends.files.appends.cuts import CUT_SUFFIX, CutRecords
 from app.backends.files.appends.writer import OPEN_FILES, AppendWriter
+from app.backends.files.archive_journal import ArchiveJournal, apply_archived
 from app.backends.files.checkpoints.journal import JOURNAL_NAME, Journal
 from app.backends.files.checkpoints.keeper import REWRITE_MIN_BYTES, Checkpointer
 from app.backends.files.disk.datadir import DataDir
+from app.backends.files.disk.encoding import Encoding
 from app.backends.files.disk.errors import disk_errors
 from app.backends.files.disk.fileops import FileOps, release_free_memory
+from app.backends.files.frames.compaction import compaction_run, copy_range, rewrite
+from app.backends.files.frames.index import FrameIndex, index_of
 from app.backends.files.idempotency_journal import IdempotencyJournal, lines_digest
 from app.backends.files.start.parallel_checks import START_BYTES as PARALLEL_CHECK_BYTES
 from app.backends.files.start.recovery import CorruptLog, Recovery, RecoveryReport, parse_header
 from app.backends.observer import StorageObserver
 from app.backends.search.sqlite_index import SqliteSearchEngine
+from app.domain.dsh_frames import FRAME_TEXT_BOUND, DamagedFrames, decompress_frame, encode_frame, encode_frames
 from app.domain.dsh_records import encode_header
 from app.domain.errors import SessionAlreadyExists
 from app.domain.log import SessionLog
@@ -67,13 +73,19 @@ HEADER_PROBE_BYTES = 64 * 1024
 @dataclass(frozen=True, slots=True)
 class _BodyCopy:
     """Where a fork's lines are copied from: the first ``size`` bytes after the header of ``path``, if its header
-    still names the incarnation ``instance`` of ``source_id``; the fork's own events (``then``) follow them."""
+    still names the incarnation ``instance`` of ``source_id``; the fork's own events (``then``) follow them.
+
+    From a compressed file (``frames``, the source's index), ``size`` bytes of its first whole frames are copied as
+    they are stored, and ``then`` holds the lines after them: the rest of the frame the boundary falls in, then the
+    fork's own events (re-encoded)."""
 
     path: Path
     source_id: str
     instance: str
     size: int
     then: bytes = b""
+    frames: FrameIndex | None = None
+    whole_frames: int = 0
 
 
 # The name of a request's wait for its durable write, in its trace.
@@ -91,7 +103,8 @@ class FileBackend(CatalogReads):
     at a clean shutdown and when :meth:`checkpoint` is called. The checkpoint journal is rewritten once it is three
     times its size after the last rewrite and larger than ``journal_rewrite_bytes``. Files no checkpoint covers
     are checked by ``check_workers`` processes (default: one per core) once they add up to ``parallel_check_bytes``
-    (:mod:`app.backends.files.start.parallel_checks`).
+    (:mod:`app.backends.files.start.parallel_checks`). ``compression`` is the encoding asked for (spec 16; None:
+    the data directory's own, ``zstd`` for a new one).
     """
 
     name = "files"
@@ -107,14 +120,19 @@ class FileBackend(CatalogReads):
         journal_rewrite_bytes: int = REWRITE_MIN_BYTES,
         check_workers: int | None = None,
         parallel_check_bytes: int = PARALLEL_CHECK_BYTES,
+        compression: Encoding | str | None = None,
     ) -> None:
         self.ops = ops if ops is not None else FileOps()
         self._clock = clock
         self._sync = sync
-        self.datadir = DataDir(data_dir, self.ops, sync=sync)
+        self.datadir = DataDir(data_dir, self.ops, sync=sync, compression=compression)
+        self.compressed = self.datadir.encoding is Encoding.ZSTD
+        # A compressed session's file is rewritten by its compaction: its fork's copy and its delete wait for it.
+        self._held: dict[SessionKey, asyncio.Lock] = {}
         self.datadir.lock()
         self.catalog = Catalog(clock)
         self.remembered = IdempotencyJournal(self.datadir.root / "index", self.ops, sync=sync)
+        self.archived = ArchiveJournal(self.datadir.root / "index", self.ops, sync=sync)
         self._cuts = CutRecords(self.ops, sync=sync)
         self._writer = AppendWriter(self.ops, self._cuts, sync=sync, folder=self.datadir.root)
         # The paths an append names, made once for the sessions in use (two Path objects an append otherwise).
@@ -219,6 +237,7 @@ class FileBackend(CatalogReads):
         # every event again (after files no checkpoint covers, that is the whole store).
         await checkpointer.checkpoint_quietly()
         self.recovery = report
+        await asyncio.to_thread(self._load_archived)
         await asyncio.to_thread(
             self.remembered.reconcile, self._change_is_there, expired_before=self._clock() - KEEP_REMEMBERED_MS
         )
@@ -232,6 +251,13 @@ class FileBackend(CatalogReads):
         )
         self._opened = True
         checkpointer.start()
+
+    def _load_archived(self) -> None:
+        """Mark the sessions the archive journal names archived; fold the journal if it holds anything else."""
+        named = self.archived.load()
+        kept = apply_archived(self.catalog, named)
+        if kept != named or not self.archived.folded:
+            self.archived.rewrite(kept.items())
 
     def _change_is_there(self, record: IdempotencyRecord, digest: str | None) -> bool:
         """Whether a record's change was made: its session, that incarnation, holding its events byte for byte."""
@@ -273,6 +299,7 @@ class FileBackend(CatalogReads):
         finally:
             await self._writer.close()
             self.journal.close()
+            self.archived.close()
             self.datadir.unlock()
 
     async def readiness(self, tenant: str | None = None) -> Readiness:
@@ -288,22 +315,56 @@ class FileBackend(CatalogReads):
     ) -> Session:
         log = starting_log(self.catalog, key, seed)
         copy_from = None
+        held = None
         if isinstance(seed, SeedPrefix) and seed.count:
             source = self.catalog.get(seed.source)
             if source is not None and source.checkpointed >= 0:  # its file holds the log's bytes: copy them there
                 size = log.offset(seed.count)
                 path = self.datadir.log_path(seed.source)
-                copy_from = _BodyCopy(path, seed.source.id, seed.instance, size, log.lines(seed.count))
-        header = self.catalog.new_header(key, instance, lineage)
-        made = Session(key, header, head_of(log.state), self.catalog.now())
-        records = [remember(made)] if remember is not None else []
-        self.remembered.check_free(records)
-        return await self._make(key, header, log, [(record, None) for record in records], copy_from)
+                if not self.compressed:
+                    copy_from = _BodyCopy(path, seed.source.id, seed.instance, size, log.lines(seed.count))
+                else:
+                    held = self._held_lock(seed.source)
+                    await held.acquire()  # the source's frames stay where its index says while they are copied
+                    frames = await self._known_frames(source, path)
+                    if frames is not None:
+                        copy_from = _frame_copy(path, seed.source.id, seed.instance, frames, log, seed.count)
+        try:
+            header = self.catalog.new_header(key, instance, lineage)
+            made = Session(key, header, head_of(log.state), self.catalog.now())
+            records = [remember(made)] if remember is not None else []
+            self.remembered.check_free(records)
+            return await self._make(key, header, log, [(record, None) for record in records], copy_from)
+        finally:
+            if held is not None:
+                held.release()
 
     async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
         if self.catalog.get(key) is not None:
             raise SessionAlreadyExists(key.id)
+        if header.archived:  # first: a line of an incarnation that is never made applies to nothing
+            await self._write_archived(key, header.instance, True)
         return await self._make(key, header, log, [])
+
+    # -- archive (app/backends/files/archive_journal.py) -------------------------------------------------------------
+
+    async def set_archived(
+        self, key: SessionKey, instance: str, archived: bool, expected_count: int | None = None
+    ) -> Session | None:
+        live = self.catalog.incarnation(key, instance, expected_count)
+        if live is None:
+            return None
+        if live.header.archived != archived:
+            await self._write_archived(key, instance, archived)
+            self.catalog.set_archived(live, archived)
+        return live.view()
+
+    async def _write_archived(self, key: SessionKey, instance: str, archived: bool) -> None:
+        with (
+            disk_errors(Access.CHANGE, f"archive session {key.id!r}"),
+            self._writer.observer.durable_write(SYNC_SPAN, 0),
+        ):
+            await asyncio.to_thread(self.archived.write, key, instance, archived)
 
     async def _make(
         self,
@@ -320,12 +381,12 @@ class FileBackend(CatalogReads):
                 disk_errors(Access.CHANGE, f"create session {key.id!r}"),
                 self._writer.observer.durable_write(SYNC_SPAN, len(log)),
             ):
-                await asyncio.to_thread(self._create_file, key, header, body, copy_from)
+                frames = await asyncio.to_thread(self._create_file, key, header, body, copy_from)
         finally:
             for piece in body:
                 piece.release()
         # Acknowledged now; a later start reads the same moment off the file's mtime (see Recovery._read_regular).
-        live = LiveSession(key, header, log, changed_at=self.catalog.now())
+        live = LiveSession(key, header, log, changed_at=self.catalog.now(), frames=frames)
         self.catalog.add(live)
         self.remembered.keep(placed)
         if self._checkpointer is not None:
@@ -341,15 +402,16 @@ class FileBackend(CatalogReads):
 
     def _create_file(
         self, key: SessionKey, header: SessionHeader, lines: Sequence[memoryview], copy_from: _BodyCopy | None
-    ) -> None:
-        """Write header + lines to a temp file, sync it, link it in place (never overwriting), sync the folder.
+    ) -> FrameIndex | None:
+        """Write header + lines to a temp file, sync it, link it in place (never overwriting), sync the folder;
+        a compressed file's frames.
 
         A fork's lines are copied from its source's file in the kernel (``copy_from``) when that file still is the
         source's incarnation; else, or if the copy fails, they are written from memory."""
         ops = self.ops
         final = self.datadir.log_path(key)
         self._writer.forget(final)
-        tmp = self._write_temp(key, header, lines, copy_from)
+        tmp, frames = self._write_temp(key, header, lines, copy_from)
         try:
             try:
                 ops.link(tmp, final)
@@ -366,34 +428,59 @@ class FileBackend(CatalogReads):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 ops.unlink(tmp)
+        return frames
 
     def _write_temp(
         self, key: SessionKey, header: SessionHeader, lines: Sequence[memoryview], copy_from: _BodyCopy | None
-    ) -> Path:
-        """A synced temp file holding header + lines (copied from the fork's source if it can be, else written)."""
-        if copy_from is not None:
-            copied = self._temp_file(key, header, lambda fd: self._copy_body(fd, copy_from))
-            if copied is not None:
-                return copied
+    ) -> tuple[Path, FrameIndex | None]:
+        """A synced temp file holding header + lines (copied from the fork's source if it can be, else written),
+        and a compressed file's frames."""
+        header_line = encode_header(header)
+        if not self.compressed:
+            if copy_from is not None:
+                copied = self._temp_file(key, header_line, lambda fd: self._copy_body(fd, copy_from))
+                if copied is not None:
+                    return copied, None
 
-        def write(fd: int) -> bool:
-            for piece in lines:
-                self.ops.write_all(fd, piece)
+            def write(fd: int) -> bool:
+                for piece in lines:
+                    self.ops.write_all(fd, piece)
+                return True
+
+            written = self._temp_file(key, header_line, write)
+            assert written is not None
+            return written, None
+        header_frame = encode_frame(header_line)
+        frames = FrameIndex(len(header_frame))
+        if copy_from is not None and copy_from.frames is not None:
+            source_frames = copy_from.frames
+            copied = self._temp_file(key, header_frame, lambda fd: self._copy_frames(fd, copy_from))
+            if copied is not None:
+                frames = source_frames.prefix(len(header_frame), copy_from.whole_frames)
+                for frame, size in encode_frames(copy_from.then):
+                    frames.add(len(frame), size)
+                return copied, frames
+        encoded = encode_frames(b"".join(lines))
+
+        def write_frames(fd: int) -> bool:
+            for frame, size in encoded:
+                self.ops.write_all(fd, frame)
+                frames.add(len(frame), size)
             return True
 
-        written = self._temp_file(key, header, write)
+        written = self._temp_file(key, header_frame, write_frames)
         assert written is not None
-        return written
+        return written, frames
 
-    def _temp_file(self, key: SessionKey, header: SessionHeader, write_lines: Callable[[int], bool]) -> Path | None:
-        """A synced temp file of ``header`` and what ``write_lines(fd)`` writes; None (and no file) if it says it
-        could not."""
+    def _temp_file(self, key: SessionKey, header: bytes, write_lines: Callable[[int], bool]) -> Path | None:
+        """A synced temp file of the ``header`` line (or frame) and what ``write_lines(fd)`` writes; None (and no
+        file) if it says it could not."""
         ops = self.ops
         tmp = self.datadir.tmp / f"{key.id}.{uuid.uuid4().hex[:12]}.tmp"
         fd = ops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
             try:
-                ops.write_all(fd, encode_header(header))
+                ops.write_all(fd, header)
                 whole = write_lines(fd)
                 if whole and self._sync:
                     ops.fsync(fd)
@@ -442,6 +529,34 @@ class FileBackend(CatalogReads):
             ops.close(source)
         return True
 
+    def _copy_frames(self, target: int, copy: _BodyCopy) -> bool:
+        """A compressed fork: the source's whole frames before its boundary copied as they are stored, then the
+        rest of the boundary's frame and the fork's own events as new frames; False (nothing to trust in
+        ``target``) when the source's file is gone, is another incarnation, or the system cannot copy."""
+        ops = self.ops
+        frames = copy.frames
+        assert frames is not None
+        try:
+            source = ops.open(copy.path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            header_frame = ops.pread(source, frames.header_end, 0)
+            try:
+                header_line = decompress_frame(header_frame)
+                if parse_header(header_line, copy.source_id).instance != copy.instance:
+                    return False
+            except (DamagedFrames, CorruptLog):
+                return False
+            copy_range(ops, source, target, frames.header_end, copy.size)
+            for frame, _ in encode_frames(copy.then):
+                ops.write_all(target, frame)
+        except OSError:
+            return False
+        finally:
+            ops.close(source)
+        return True
+
     # -- append ----------------------------------------------------------------------------------------------------
 
     async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[IdempotencyRecord] = ()) -> None:
@@ -451,19 +566,93 @@ class FileBackend(CatalogReads):
             self.remembered.check_free(remember)
             placed = await self._write_records([(record, _digest_of(staged, record)) for record in remember])
         events = len(staged.events)
+        data = staged.lines
+        encoded: list[tuple[bytes, int]] = []
+        if self.compressed:  # one frame (or, past the bound, several): a durable batch is whole frames
+            if len(data) <= FRAME_TEXT_BOUND:
+                encoded = [(encode_frame(data), len(data))]
+            else:
+                encoded = await asyncio.to_thread(encode_frames, data)
+            data = b"".join(frame for frame, _ in encoded) if len(encoded) > 1 else encoded[0][0]
         with (
             disk_errors(Access.CHANGE, f"append to session {key.id!r}"),
             self._writer.observer.durable_write(SYNC_SPAN, events),
         ):
             log_path, cut_record = self._append_paths(key)
             await self._writer.append(
-                log_path, staged.lines, instance=live.header.instance, cut_record=cut_record, events=events
+                log_path, data, instance=live.header.instance, cut_record=cut_record, events=events
             )
         live.log.commit(staged)
+        if live.frames is not None:
+            for frame, size in encoded:
+                live.frames.add(len(frame), size)
         self.catalog.touch(live)
         self.remembered.keep(placed)
         if self._checkpointer is not None:
             self._checkpointer.touch(live)
+        if staged.turn_ends and self.compressed and live.checkpointed >= 0:
+            await self._compact(live, log_path)
+
+    async def _compact(self, live: LiveSession, path: Path) -> None:
+        """Rewrite the ended turns' small frames of a compressed session into one (app.backends.files.frames
+        .compaction), before the append that ended the turn is answered, so that the bytes at rest are small as
+        soon as a turn is; the append is durable already, so a rewrite that fails only leaves the frames as they
+        were. Nothing else appends meanwhile (one batch at a time reaches a file); a fork's copy and a delete wait."""
+        last_turn_end = live.log.state.last_turn_end_seq
+        if last_turn_end is None or not self._writer.is_clean(path):
+            return
+        held = self._held_lock(live.key)
+        async with held:
+            if self.catalog.get(live.key) is not live:
+                return  # deleted meanwhile
+            frames = await self._known_frames(live, path)
+            run = None if frames is None else compaction_run(frames, live.log.offset(last_turn_end + 1))
+            if frames is None or run is None:
+                return
+            rewriting = asyncio.ensure_future(asyncio.to_thread(self._rewrite, live, path, frames, run))
+            try:
+                await asyncio.shield(rewriting)
+            except asyncio.CancelledError:  # (at shutdown) the file is not left to the next append half-known
+                with contextlib.suppress(BaseException):
+                    await rewriting
+                raise
+            except (OSError, DamagedFrames) as exc:
+                logger.warning("could not compact the frames of session %r: %s", live.key.id, exc)
+            except Exception:  # never expected; the append it follows is durable and answered as such
+                logger.exception("could not compact the frames of session %r", live.key.id)
+
+    def _rewrite(self, live: LiveSession, path: Path, frames: FrameIndex, run: tuple[int, int]) -> None:
+        """In a worker thread: the rewrite, then (once the new file is in place) its index, and the writer's
+        descriptor of the old file dropped: the next append opens the new one."""
+        rewritten = rewrite(self.ops, path, self.datadir.tmp, frames, run, sync=self._sync)
+        live.frames = rewritten
+        self._writer.forget(path)
+
+    async def _known_frames(self, live: LiveSession, path: Path) -> FrameIndex | None:
+        """The index of a compressed session's frames, read off its file the first time it is needed (a start
+        keeps none: an idle session costs nothing); None when the file does not hold the log's bytes as they are.
+        Called while nothing appends to the session."""
+        if live.frames is None and self.compressed and live.checkpointed >= 0:
+            try:
+                data = await asyncio.to_thread(self._read_file, path)
+            except OSError:
+                return None
+            live.frames = index_of(data, live.log.byte_size)
+        frames: FrameIndex | None = live.frames
+        return frames
+
+    def _read_file(self, path: Path) -> bytes:
+        fd = self.ops.open(path, os.O_RDONLY)
+        try:
+            return self.ops.read_all(fd)
+        finally:
+            self.ops.close(fd)
+
+    def _held_lock(self, key: SessionKey) -> asyncio.Lock:
+        held = self._held.get(key)
+        if held is None:
+            held = self._held[key] = asyncio.Lock()
+        return held
 
     def _paths_of(self, key: SessionKey) -> tuple[Path, Path]:
         """The session's file and its cut record."""
@@ -473,12 +662,26 @@ class FileBackend(CatalogReads):
     # -- delete ----------------------------------------------------------------------------------------------------
 
     async def delete(self, key: SessionKey) -> None:
-        with (
-            disk_errors(Access.CHANGE, f"delete session {key.id!r}"),
-            self._writer.observer.durable_write(SYNC_SPAN, 0),
-        ):
-            await asyncio.to_thread(self._delete_file, key)
-        self.catalog.remove(key)
+        held = self._held.get(key)
+        if held is not None:
+            await held.acquire()  # a compaction of its file finishes first
+        try:
+            with (
+                disk_errors(Access.CHANGE, f"delete session {key.id!r}"),
+                self._writer.observer.durable_write(SYNC_SPAN, 0),
+            ):
+                await asyncio.to_thread(self._delete_file, key)
+            live = self.catalog.live(key)
+            self.catalog.remove(key)
+        finally:
+            if held is not None:
+                held.release()
+                if not held.locked() and self._held.get(key) is held:
+                    del self._held[key]
+        if live is not None and live.header.archived:
+            # Its archive line goes too (a crash first leaves a line of a gone incarnation: the next start drops it).
+            with contextlib.suppress(StorageUnavailable):
+                await self._write_archived(key, live.header.instance, False)
 
     # -- idempotent retries (app/backends/files/idempotency_journal.py) ------------------------------------------------
 
@@ -513,6 +716,21 @@ class FileBackend(CatalogReads):
             ops.unlink(trash)  # the delete is durable already; the next start sweeps a leftover
         with contextlib.suppress(OSError):  # a cut record of another incarnation never applies: instances differ
             self._cuts.clear(space.index / f"{key.id}{CUT_SUFFIX}")
+
+
+def _frame_copy(
+    path: Path, source_id: str, instance: str, frames: FrameIndex, log: SessionLog, count: int
+) -> _BodyCopy:
+    """How a fork of ``count`` events copies its compressed source: the source's whole frames within the seed,
+    then the seed's lines after them and the fork's own events (``log`` is the fork's, sharing the seed's bytes)."""
+    seed_bytes = log.offset(count)
+    whole = frames.whole_frames(seed_bytes)
+    # (the source's frames end at its events' ends: the seq just after the last whole frame)
+    after = bisect.bisect_left(range(count + 1), frames.body_start(whole), key=log.offset)
+    if log.offset(after) != frames.body_start(whole):
+        whole, after = 0, 0  # an index that does not fit the log (never expected): the whole seed is re-encoded
+    size = frames.file_start(whole) - frames.header_end
+    return _BodyCopy(path, source_id, instance, size, log.lines(after), frames, whole)
 
 
 def _digest_of(staged: StagedEvents, record: IdempotencyRecord) -> str:

@@ -21,9 +21,12 @@ from app.backends.catalog import Catalog
 from app.backends.catalog_reads import CatalogReads
 from app.backends.errors import DataDirLocked, StaleHead, StartRefused
 from app.backends.files.appends.cuts import CutRecords
+from app.backends.files.archive_journal import ArchiveJournal, apply_archived
 from app.backends.files.checkpoints.journal import JOURNAL_NAME, Journal
 from app.backends.files.disk.datadir import DataDir
+from app.backends.files.disk.encoding import Encoding
 from app.backends.files.disk.fileops import FileKind, FileOps
+from app.backends.files.frames.file_text import intact_text
 from app.backends.files.start.recovery import Recovery, RecoveryReport, salvage_log
 from app.domain.log import SessionLog
 from app.domain.session import SessionHeader, SessionKey
@@ -103,6 +106,8 @@ class FileReader(CatalogReads):
             )
         report = await asyncio.to_thread(self._recovery(keep=True).run)
         self.catalog.load(report.sessions)
+        archived = ArchiveJournal(self.datadir.root / "index", self.ops, sync=False)
+        apply_archived(self.catalog, await asyncio.to_thread(archived.load))  # (read only: never folded here)
         for key, reason, created_at in report.quarantined:
             self.catalog.quarantine(key, reason, created_at=created_at)
         self._corrupt = report.corrupt
@@ -125,7 +130,13 @@ class FileReader(CatalogReads):
     def salvage(self, key: SessionKey) -> tuple[SessionHeader, SessionLog, str | None]:
         """What the damaged file of ``key`` holds before its damage (see
         :func:`~app.backends.files.start.recovery.salvage_log`); CorruptLog or OSError (read from :meth:`log_path`)."""
-        return salvage_log(key.id, self._read_regular(self.log_path(key)), now=self._clock())
+        path = self.log_path(key)
+        data = self._read_regular(path)
+        if self.datadir.encoding is not Encoding.ZSTD:
+            return salvage_log(key.id, data, now=self._clock())
+        text, damage = intact_text(data)
+        header, log, left_out = salvage_log(key.id, text, now=self._clock())
+        return header, log, left_out or damage
 
     def _read_regular(self, path: Path) -> bytes:
         fd = self.ops.open(path, os.O_RDONLY)  # a symlink is never followed

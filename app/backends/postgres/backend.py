@@ -29,8 +29,9 @@ from app.backends.errors import Access, ChangeRefused, StaleHead, StorageUnavail
 from app.backends.postgres import queries
 from app.backends.postgres.chains import Chain
 from app.backends.postgres.core import COMMIT_SPAN, during
+from app.backends.postgres.packs import Packs
 from app.backends.postgres.quotas import bytes_without_created_at, check_quota, seed_bytes
-from app.backends.postgres.reads import PostgresReads
+from app.backends.postgres.reads import PostgresReads, session_of
 from app.backends.postgres.rows import Rows
 from app.backends.postgres.state import encode_state
 from app.backends.postgres.tips import CachedTip
@@ -92,7 +93,17 @@ class PostgresBackend(PostgresReads):
 
     async def restore(self, key: SessionKey, header: SessionHeader, log: SessionLog) -> Session:
         lineage = {field.attr: getattr(header, field.attr) for field in HEADER_FIELDS}
-        return await self._make(key, header.instance, lineage, log, restored_at=header.created_at, remember=None)
+        return await self._make(
+            key, header.instance, lineage, log, restored_at=header.created_at, remember=None, archived=header.archived
+        )
+
+    async def set_archived(
+        self, key: SessionKey, instance: str, archived: bool, expected_count: int | None = None
+    ) -> Session | None:
+        self._tips.drop(key)  # its header changes: the next append reads the row again
+        async with self._connection(Access.CHANGE) as conn, during(self.observer.durable_write(COMMIT_SPAN, 0)):
+            row = await conn.fetchrow(queries.SET_ARCHIVED, key.tenant, key.id, instance, archived, expected_count)
+        return session_of(key, row) if row is not None else None
 
     async def _make(
         self,
@@ -103,9 +114,13 @@ class PostgresBackend(PostgresReads):
         *,
         restored_at: int | None,
         remember: Remember | None,
+        archived: bool = False,
     ) -> Session:
         rows = Rows.of_log(log)
-        copied = len(log) > COPY_EVENTS
+        # The seed's ended turns go in as packs (compressed off the event loop when they are many), its open turn
+        # as small rows.
+        packs = await asyncio.to_thread(rows.take_packs) if len(log) > COPY_EVENTS else rows.take_packs()
+        copied = len(rows.seqs) > COPY_EVENTS
         statement = queries.CREATE_SESSION if restored_at is None else queries.RESTORE_SESSION
         known = bytes_without_created_at(SessionHeader(id=key.id, created_at=0, instance=instance, **lineage))
         known += log.byte_size
@@ -140,10 +155,14 @@ class PostgresBackend(PostgresReads):
                     *rows.params(),
                     known,
                     now,
+                    *packs.params(),
+                    archived,
                 )
                 if made is None:
                     raise SessionAlreadyExists(key.id)
-                header = SessionHeader(id=key.id, created_at=made["created_at"], instance=instance, **lineage)
+                header = SessionHeader(
+                    id=key.id, created_at=made["created_at"], instance=instance, archived=archived, **lineage
+                )
                 session = Session(key, header, head_of(log.state), now)
                 if remember is not None:
                     await conn.execute(queries.INSERT_REMEMBERED, *_remembered_params(remember(session)))
@@ -171,8 +190,11 @@ class PostgresBackend(PostgresReads):
                     # The child reads its seed from the log that stores the seed's last event (and its parents):
                     # chains stay as short as the forks they are made of.
                     parent = chain.owner(count - 1)
+                packs = Packs()
                 if seed.then is not None:  # staged by the service on seed_tip: stored as they are
-                    state, rows, added = seed.then.state, Rows.of_staged(seed.then).params(), len(seed.then.lines)
+                    staged = Rows.of_staged(seed.then)
+                    packs = staged.take_batch_packs()
+                    state, rows, added = seed.then.state, staged.params(), len(seed.then.lines)
                 else:
                     state, rows, added = LogState(), empty, 0
                     if chain is not None:
@@ -206,6 +228,8 @@ class PostgresBackend(PostgresReads):
                     *rows,
                     known,
                     now,
+                    *packs.params(),
+                    False,
                 )
                 if made is None:
                     raise SessionAlreadyExists(key.id)
@@ -214,6 +238,8 @@ class PostgresBackend(PostgresReads):
                 if remember is not None:
                     await conn.execute(queries.INSERT_REMEMBERED, *_remembered_params(remember(session)))
         self._changed(key, made["change_seq"])
+        if seed.then is not None and seed.then.checkpoints:
+            self._packer.wake(log_id)
         return session
 
     async def append(self, key: SessionKey, staged: StagedEvents, remember: Sequence[IdempotencyRecord] = ()) -> None:
@@ -223,6 +249,8 @@ class PostgresBackend(PostgresReads):
             raise StaleHead(f'session "{key.id}": the tip the batch was staged on is no longer cached')
         count = staged.base_count + len(staged.events)
         changed_at = self._clock()
+        rows = Rows.of_staged(staged)
+        packs = rows.take_batch_packs()
         params: list[Any] = [
             key.tenant,
             key.id,
@@ -230,8 +258,10 @@ class PostgresBackend(PostgresReads):
             count,
             encode_state(staged.state),
             staged.base_count,
-            *Rows.of_staged(staged).params(),
+            *rows.params(),
             changed_at,
+            *packs.params(),
+            cached.session.header.archived,
         ]
         statement = queries.APPEND
         if remember:
@@ -258,6 +288,8 @@ class PostgresBackend(PostgresReads):
             raise StaleHead(f'session "{key.id}" moved (or was replaced) since the batch was staged')
         self.observer.synced(events, committed)
         self._changed(key, row["change_seq"])
+        if staged.checkpoints:  # a turn ended: its small rows are packed now, in the background
+            self._packer.wake(cached.log)
         session = Session(key, cached.session.header, head_of(staged.state), changed_at)
         self._tips.put(key, CachedTip(session, cached.log, staged.state))
 

@@ -9,6 +9,10 @@ notification is reported at once; and every ``poll_interval`` the feed reads the
 its watermark, so a lost notification (or a connection that was down) costs at most one interval. Sequence numbers
 are taken before commit, so a transaction can commit after a later one: the watermark used is the one of
 ``LOOKBACK`` seconds ago, and a change already reported (or this replica's own) is not reported again.
+
+Behind a transaction pooler a LISTEN would hold no session (:mod:`~app.backends.postgres.pooler`): the feed then
+listens over the direct URL when one is set, and polls alone otherwise, or while the direct URL cannot be reached
+(trying it again every ``PREFERRED_AGAIN`` seconds).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ logger = logging.getLogger("forklog.storage")
 CHANNEL = "forklog_changes"
 LOOKBACK = 5.0  # seconds a transaction may take between its change number and its commit and still be polled
 MAX_ROWS = 10_000
+PREFERRED_AGAIN = 10.0  # seconds the feed polls through a fallback URL before it tries the preferred one again
 
 _POLL = """
 SELECT tenant, id, change_seq FROM forklog_sessions WHERE change_seq > $1
@@ -113,7 +118,7 @@ class ReplicaChanges(BackgroundLoop):
         poll_interval: float = 0.5,
         own: Callable[[int], bool],
     ) -> None:
-        self._url = url
+        self._routes: list[tuple[str, bool]] = [(url, True)]
         self._settings = settings
         self._replica = replica
         self._listeners = listeners
@@ -123,6 +128,21 @@ class ReplicaChanges(BackgroundLoop):
         self._reported: dict[SessionKey, int] = {}
         self._marks: deque[tuple[float, int]] = deque()
         self._high = -1
+
+    def route(self, routes: list[tuple[str, bool]]) -> None:
+        """The URLs to follow changes through, the preferred first, each with whether to LISTEN there (set before
+        the feed starts)."""
+        self._routes = routes
+
+    async def _connect(self) -> tuple[Connection, bool, bool]:
+        """A connection of the first route that answers; whether to LISTEN on it, and whether it is a fallback."""
+        for index, (url, listens) in enumerate(self._routes):
+            try:
+                return await connect(url, self._settings), listens, index > 0
+            except DRIVER_ERRORS:
+                if index == len(self._routes) - 1:
+                    raise
+        raise AssertionError("the change feed has no route")
 
     def _report(self, key: SessionKey, change_seq: int) -> None:
         if self._reported.get(key, -1) >= change_seq:
@@ -153,14 +173,17 @@ class ReplicaChanges(BackgroundLoop):
         while True:
             conn: Connection | None = None
             try:
-                conn = await connect(self._url, self._settings)
+                conn, listens, fallback = await self._connect()
                 if self._high < 0:
                     self._high = int(await conn.fetchval(_HIGHEST) or 0)
-                await conn.add_listener(CHANNEL, self._on_notification)
+                if listens:
+                    await conn.add_listener(CHANNEL, self._on_notification)
                 delay = self._poll_interval
-                while True:
+                until = time.monotonic() + PREFERRED_AGAIN if fallback else None
+                while until is None or time.monotonic() < until:
                     await self._poll(conn)
                     await asyncio.sleep(self._poll_interval)
+                continue  # back to the preferred route
             except asyncio.CancelledError:
                 raise
             except DRIVER_ERRORS as exc:

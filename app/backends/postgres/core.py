@@ -33,13 +33,17 @@ from app.backends.postgres.chains import ChainCache
 from app.backends.postgres.changes import Doorbell, ReplicaChanges
 from app.backends.postgres.errors import DRIVER_ERRORS, database_errors, fails_for_good
 from app.backends.postgres.failover import PrimaryWatch
+from app.backends.postgres.packing import Packer
 from app.backends.postgres.pool import Connection, PoolSettings, connect, open_pool, redact
+from app.backends.postgres.pooler import DIRECT, Pooling, behind_pooler, pooled_direct_url, pooling_of
 from app.backends.postgres.read_replicas import PRIMARY_POSITION, ReadReplicas
 from app.backends.postgres.schema import migrate
 from app.backends.postgres.search import PostgresSearch
 from app.backends.postgres.state_fill import fill_old_states
+from app.backends.postgres.stats_fill import fill_old_stats
 from app.backends.postgres.sweep import sweep_once
 from app.backends.postgres.tips import TipCache
+from app.backends.postgres.vacuum import Vacuum
 from app.backends.read_routing import standby_read
 from app.domain.ids import new_instance
 from app.domain.limits import NO_LIMITS
@@ -70,7 +74,9 @@ RETENTION_LOCK = 0x666F726B6C6F6772  # "forklogr"
 
 class PostgresCore:
     """A connection to the database at ``url``; ``open`` waits for it (retrying, unless ``wait`` is off: then it
-    raises StorageUnavailable) and brings its schema up to date."""
+    raises StorageUnavailable) and brings its schema up to date. ``direct_url``, a URL of the same database that no
+    pooler stands in front of, carries what needs a session of its own when ``url`` names a pooler (the change
+    feed's LISTEN; :mod:`~app.backends.postgres.pooler`)."""
 
     name = "postgres"
 
@@ -87,8 +93,11 @@ class PostgresCore:
         wait: bool = True,
         read_url: str | None = None,
         read_lag_max: float = 1.0,
+        direct_url: str | None = None,
     ) -> None:
         self._url = url
+        self._direct_url = direct_url
+        self._pooling: Pooling = DIRECT  # until the start has looked (every connection outside the pool caches none)
         self._wait = wait
         self.observer: StorageObserver = NO_STORAGE_OBSERVER  # told of each append's commit
         self._clock = clock
@@ -108,6 +117,8 @@ class PostgresCore:
         self._doorbell = Doorbell(self._replica, self._notify)
         self._watch = PrimaryWatch(url, self._settings, self._drop_connections)
         self._sweeper = Periodic("forklog-sweep", sweep_interval, self._sweep_once)
+        self._vacuum = Vacuum(self._connection)
+        self._packer = Packer(self._connection, self._vacuum.dirty)
         self._limits_of: LimitsOf = lambda tenant: NO_LIMITS
         # Hot standbys for the reads that may use them (spec 6, Read replicas): see read_replicas.py.
         self.replicas: ReadReplicas | None = None
@@ -178,6 +189,8 @@ class PostgresCore:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
         self._sweeper.start()
+        self._packer.start()
+        self._vacuum.start()
         self._doorbell.start()
         self._watch.start()
         if self._listeners:
@@ -189,12 +202,39 @@ class PostgresCore:
         migrations and each batch of the fill commit with what they did, and are found done the next time)."""
         conn = await connect(self._url, self._settings)
         try:
+            self._pooling = await pooling_of(conn, self.where)
             found = await migrate(conn)
             await fill_old_states(conn, self._chains)
+            await fill_old_stats(conn, self._chains)
         finally:
             await conn.close(timeout=self._settings.connect_timeout)
-        self._pool = await open_pool(self._url, self._settings)
-        logger.info("serving from the database %s (schema found at version %d)", self.where, found)
+        await self._route_feed()
+        self._pool = await open_pool(self._url, self._settings, self._pooling)
+        logger.info(
+            "serving from the database %s (schema found at version %d%s)",
+            self.where,
+            found,
+            ", through a connection pooler" if self._pooling.pooled else "",
+        )
+
+    async def _route_feed(self) -> None:
+        """Where the change feed listens: the direct URL when one is set (StartRefused if a pooler stands in front of
+        it too), else the URL itself, where it only polls if that is a pooler's."""
+        if self._direct_url is None:
+            self._feed.route([(self._url, not self._pooling.pooled)])
+            return
+        try:
+            conn = await connect(self._direct_url, self._settings)
+        except DRIVER_ERRORS as exc:
+            # Not reachable now: the feed tries it again, and polls through the URL meanwhile.
+            logger.warning("FORKLOG_DATABASE_DIRECT_URL %s is not reachable (%s)", redact(self._direct_url), exc)
+        else:
+            try:
+                if await behind_pooler(conn):
+                    raise pooled_direct_url(redact(self._direct_url))
+            finally:
+                await conn.close(timeout=self._settings.connect_timeout)
+        self._feed.route([(self._direct_url, True), (self._url, not self._pooling.pooled)])
 
     async def close(self) -> None:
         await self._watch.stop()
@@ -203,6 +243,8 @@ class PostgresCore:
         await self._sweeper.stop()
         if self.replicas is not None:
             await self.replicas.close()
+        await self._packer.stop()
+        await self._vacuum.stop()
         pool, self._pool = self._pool, None
         if pool is not None:
             try:
@@ -258,7 +300,8 @@ class PostgresCore:
         """The primary was lost: every connection to it is dropped now, those in use included (their requests
         answer 503), and the next ones are taken from whichever host is the primary by then (spec 6, Failover)."""
         old = self._pool
-        self._pool = await open_pool(self._url, self._settings, warm=False)  # connects on demand: never fails here
+        # Connects on demand: never fails here.
+        self._pool = await open_pool(self._url, self._settings, self._pooling, warm=False)
         if old is not None:
             old.terminate()
 

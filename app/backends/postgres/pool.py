@@ -11,6 +11,10 @@ once, and the first that takes writes is used. A host that answers at once that 
 connection, it is a standby, it is starting) is asked again every ``RETRY_HOST`` seconds while another host has not
 answered yet: a connection begun just before a standby is promoted finds the new primary, rather than waiting out a
 host that answers nothing (a paused or cut-off server) until the connect timeout.
+
+A connection outside the pool never caches named prepared statements (``statement_cache_size=0``): until
+:mod:`~app.backends.postgres.pooler` has looked, a pooler may stand between, and a named statement left on one of its
+server connections would collide with another client's. The pool caches them only when no pooler was found.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from app.backends.database_url import DatabaseTarget, redact
+
+if TYPE_CHECKING:
+    from app.backends.postgres.pooler import Pooling
 
 __all__ = ["Connection", "PoolSettings", "connect", "open_pool", "redact"]
 
@@ -58,7 +65,12 @@ class PoolSettings:
 async def connect(url: str, settings: PoolSettings, **options: Any) -> asyncpg.Connection:
     """One connection to the primary (outside the pool: migrations, notifications, the primary watch; or for it)."""
     target = DatabaseTarget.parse(url)
-    options = {"timeout": settings.connect_timeout, "command_timeout": settings.command_timeout, **options}
+    options = {
+        "timeout": settings.connect_timeout,
+        "command_timeout": settings.command_timeout,
+        "statement_cache_size": 0,
+        **options,
+    }
     if not target.several:
         single: asyncpg.Connection = await _asyncpg_connect(url, **options)
         return single
@@ -144,8 +156,9 @@ async def _setup(conn: asyncpg.Connection) -> None:
     await conn.execute("SET synchronous_commit TO on")
 
 
-async def open_pool(url: str, settings: PoolSettings, *, warm: bool = True) -> asyncpg.Pool:
-    """A pool of connections to the primary; without ``warm`` it connects only when a connection is asked for."""
+async def open_pool(url: str, settings: PoolSettings, pooling: Pooling, *, warm: bool = True) -> asyncpg.Pool:
+    """A pool of connections to the primary, used as ``pooling`` says (is a pooler between?); without ``warm`` it
+    connects only when a connection is asked for."""
 
     async def connect_one(dsn: str, **options: Any) -> asyncpg.Connection:
         return await _connect_for_pool(dsn, settings=settings, **options)
@@ -157,7 +170,10 @@ async def open_pool(url: str, settings: PoolSettings, *, warm: bool = True) -> a
         timeout=settings.connect_timeout,
         command_timeout=settings.command_timeout,
         reset=_no_reset,
-        init=_setup,
+        # Through a pooler a session's SET would hold for one server connection only (the server's own setting is
+        # checked at start instead), and a named statement could meet another client's.
+        init=_setup if pooling.sets_session else None,
+        statement_cache_size=pooling.statement_cache_size,
         connect=cast(Any, connect_one),  # asyncpg's stubs type the hook narrower than it is called
         # A connection idle this long is closed: after a database restart the pool holds no dead ones for long.
         max_inactive_connection_lifetime=60.0,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.backends.postgres.packs import PARTS, PARTS_AT, range_parts
 from app.domain.listing import CREATED, PageRequest
 
 __all__ = [
@@ -26,16 +27,16 @@ __all__ = [
     "RECALL",
     "RESTORE_SESSION",
     "SESSION_COLUMNS",
+    "SET_ARCHIVED",
     "SURFACE",
     "TENANTS",
-    "TITLE_CANDIDATES",
     "TURN_END",
     "page_query",
 ]
 
 SESSION_COLUMNS = (
     "instance, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, log, count, "
-    "state, changed_at"
+    "state, changed_at, archived"
 )
 
 FIND = f"SELECT {SESSION_COLUMNS} FROM forklog_sessions WHERE tenant = $1 AND id = $2"
@@ -59,6 +60,8 @@ def page_query(tenant: str, request: PageRequest) -> tuple[str, list[Any]]:
         elif value is not None:
             params.append(value)
             conditions.append(f"{column} = ${len(params)}")
+    if query.archived is not None:
+        conditions.append("archived" if query.archived else "NOT archived")
     column = "created_at" if query.order == CREATED else "updated_at"
     if after is not None:
         params.extend(after)
@@ -77,45 +80,26 @@ COUNT_SESSIONS = "SELECT count(*) FROM forklog_sessions"
 COUNT_TENANT_SESSIONS = "SELECT count(*) FROM forklog_sessions WHERE tenant = $1"
 TENANTS = "SELECT DISTINCT tenant FROM forklog_sessions ORDER BY tenant"
 
-# The lines of a chain's pieces ($1 logs, $2 starts, $3 stops) as one text, newline-separated, in seq order.
-LINES = """
-SELECT convert_to(string_agg(e.line, E'\\n' ORDER BY e.seq), 'UTF8'), count(*)
-FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS p(log, lo, hi)
-JOIN forklog_events e ON e.log = p.log AND e.seq >= p.lo AND e.seq < p.hi
-"""
+# The parts (packs and small rows, see app.backends.postgres.packs) of a chain's pieces ($1 logs, $2 starts, $3 stops).
+LINES = PARTS
 # A read in one statement when the range lies in the session's own rows (seq >= its log's parent_count): the head,
-# the log, where its own rows start, and those lines of events $3 .. $4 - 1 (with how many there are).
-READ_OWN = """
-SELECT s.log, s.count, l.parent_count, own.body, own.n
+# the log, where its own rows start, and the parts of events $3 .. $4 - 1 (a row with NULL parts when there are none).
+READ_OWN = f"""
+SELECT s.log, s.count, l.parent_count, x.seq, x.n, x.z, x.body
 FROM forklog_sessions s
 JOIN forklog_logs l ON l.id = s.log
-CROSS JOIN LATERAL (
-    SELECT convert_to(string_agg(e.line, E'\\n' ORDER BY e.seq), 'UTF8') AS body, count(*) AS n
-    FROM forklog_events e
-    WHERE e.log = s.log AND e.seq >= GREATEST($3, l.parent_count) AND e.seq < LEAST($4, s.count)
-) AS own
+LEFT JOIN LATERAL ({range_parts("s.log", "GREATEST($3::bigint, l.parent_count)", "LEAST($4::bigint, s.count)")}) AS x
+    ON true
 WHERE s.tenant = $1 AND s.id = $2
+ORDER BY x.seq
 """
-# Single events by (log, seq).
-EVENTS_AT = """
-SELECT e.seq, convert_to(e.line, 'UTF8') AS line
-FROM unnest($1::bigint[], $2::bigint[]) AS w(log, seq)
-JOIN forklog_events e ON e.log = w.log AND e.seq = w.seq
-"""
+# The parts holding single events by (log, seq).
+EVENTS_AT = PARTS_AT
 SURFACE = """
 SELECT s.seq, s.start_seq, s.end_seq
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS p(log, lo, hi)
 JOIN forklog_surface s ON s.log = p.log AND s.seq >= p.lo AND s.seq < p.hi
 ORDER BY s.seq
-"""
-# The lines that may be session/title events among a chain's pieces ($1 logs, $2 starts, $3 stops), last first
-# (the caller parses each to confirm: the name may stand in a message's text).
-TITLE_CANDIDATES = """
-SELECT e.seq, convert_to(e.line, 'UTF8') AS line
-FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS p(log, lo, hi)
-JOIN forklog_events e ON e.log = p.log AND e.seq >= p.lo AND e.seq < p.hi
-WHERE strpos(e.line, '"session/title"') > 0
-ORDER BY e.seq DESC
 """
 TURN_END = "SELECT time, checkpoint FROM forklog_turn_ends WHERE log = $1 AND seq = $2"
 INCARNATION_LOG = "SELECT id FROM forklog_logs WHERE tenant = $1 AND session_id = $2 AND instance = $3"
@@ -123,14 +107,17 @@ INCARNATION_LOG = "SELECT id FROM forklog_logs WHERE tenant = $1 AND session_id 
 # The state's first column (the last event's time) is read off its text, never through jsonb: a title or a preview
 # may hold U+0000, which jsonb refuses. The state is written by orjson, so it starts "[<digits>," (or "[null,").
 # An append, one statement: the head moves only if it is where the batch was staged ($3 log, $6 count), and the rows
-# go in only if it moved; $15 is when it is acknowledged, by the server's clock (retention counts from it). (No
-# NOTIFY in it: notifications serialize commits, so they are sent after, in batches.)
+# go in only if it moved ($7..$14 the small rows, surface rows and turn/ends, $16..$20 the packs of a large batch);
+# $15 is when it is acknowledged, by the server's clock (retention counts from it); $21 the archived flag of the
+# cached tip (another replica's archive makes the tip stale, and the answer would tell it). (No NOTIFY in it:
+# notifications serialize commits, so they are sent after, in batches.)
 _APPEND_HEAD = """
 WITH head AS (
     UPDATE forklog_sessions SET count = $4, state = $5, change_seq = nextval('forklog_changes'),
-        bytes = bytes + (SELECT coalesce(sum(octet_length(u.line) + 1), 0) FROM unnest($8::text[]) AS u(line)),
+        bytes = bytes + (SELECT coalesce(sum(octet_length(u.line) + 1), 0) FROM unnest($8::text[]) AS u(line))
+            + (SELECT coalesce(sum(u.size), 0) FROM unnest($18::int[]) AS u(size)),
         updated_at = GREATEST(updated_at, (substring($5::text from '^[[]([0-9]+),'))::bigint), changed_at = $15
-    WHERE tenant = $1 AND id = $2 AND log = $3 AND count = $6
+    WHERE tenant = $1 AND id = $2 AND log = $3 AND count = $6 AND archived = $21
     RETURNING log, change_seq
 ), events AS (
     INSERT INTO forklog_events (log, seq, line)
@@ -141,13 +128,16 @@ WITH head AS (
 ), turn_ends AS (
     INSERT INTO forklog_turn_ends (log, seq, time, checkpoint)
     SELECT head.log, u.seq, u.t, u.c FROM head, unnest($12::bigint[], $13::bigint[], $14::text[]) AS u(seq, t, c)
+), packs AS (
+    INSERT INTO forklog_packs (log, seq, count, size, compressed, body)
+    SELECT head.log, u.* FROM head, unnest($16::bigint[], $17::int[], $18::int[], $19::bool[], $20::bytea[]) AS u
 )"""
 _REMEMBERED_COLUMNS = (
     "tenant, key, fingerprint, status, location, body, created_at, session, instance, first_seq, end_seq"
 )
 _REMEMBERED_ARRAYS = (
-    "unnest($16::text[], $17::text[], $18::text[], $19::int[], $20::text[], $21::bytea[], $22::bigint[], "
-    "$23::text[], $24::text[], $25::bigint[], $26::bigint[])"
+    "unnest($22::text[], $23::text[], $24::text[], $25::int[], $26::text[], $27::bytea[], $28::bigint[], "
+    "$29::text[], $30::text[], $31::bigint[], $32::bigint[])"
 )
 APPEND = _APPEND_HEAD + "\nSELECT head.change_seq FROM head"
 APPEND_REMEMBERING = (
@@ -171,8 +161,9 @@ CLAIM_SOURCE = (
 
 # A new session, one statement: $1 tenant, $2 id, $3 instance, $4 now (or the restored createdAt), $5..$10 the
 # header's optional fields, $11 log, $12 count, $13 state, $14 parent log, $15 parent count, $16..$23 the seed's
-# rows (as in an append; empty when they were copied in before), $24 its bytes but the createdAt's digits (or NULL:
-# not known yet), $25 when it is acknowledged (by the server's clock: retention counts from it). The createdAt is
+# small rows (as in an append; empty when they were copied in before), $24 its bytes but the createdAt's digits (or
+# NULL: not known yet), $25 when it is acknowledged (by the server's clock: retention counts from it), $26..$30 the
+# packs of its ended turns, $31 whether it is archived (a restored one may be; a new one never is). The createdAt is
 # max(now, 1 + the largest given to the tenant) from the tenant's clock row, made on its first create and locked
 # until commit, so that a tenant's creates on every replica follow each other (and other tenants' creates neither
 # wait for it nor show in it). A taken id inserts nothing (and the caller's transaction, if
@@ -181,11 +172,11 @@ _NEW_SESSION = """
 , session AS (
     INSERT INTO forklog_sessions (tenant, id, instance, created_at, cwd, parent_session, seed_length, origin,
                                   delegation_depth, agent_preset, log, count, state, change_seq, bytes, updated_at,
-                                  changed_at)
+                                  changed_at, archived)
     SELECT $1, $2, $3, clock.created_at, $5, $6, $7, $8, $9, $10, $11, $12, $13, nextval('forklog_changes'),
            $24::bigint + length(clock.created_at::text),
            GREATEST(clock.created_at, COALESCE((substring($13::text from '^[[]([0-9]+),'))::bigint, clock.created_at)),
-           $25
+           $25, $31
     FROM clock
     ON CONFLICT (tenant, id) DO NOTHING
     RETURNING created_at, change_seq
@@ -201,6 +192,9 @@ _NEW_SESSION = """
 ), turn_ends AS (
     INSERT INTO forklog_turn_ends (log, seq, time, checkpoint)
     SELECT $11, u.seq, u.t, u.c FROM session, unnest($21::bigint[], $22::bigint[], $23::text[]) AS u(seq, t, c)
+), packs AS (
+    INSERT INTO forklog_packs (log, seq, count, size, compressed, body)
+    SELECT $11, u.* FROM session, unnest($26::bigint[], $27::int[], $28::int[], $29::bool[], $30::bytea[]) AS u
 )
 SELECT session.created_at, session.change_seq FROM session
 """
@@ -210,6 +204,14 @@ _TENANT_CLOCK = (
 )
 CREATE_SESSION = _TENANT_CLOCK.format(" + 1") + "RETURNING last_created_at AS created_at)" + _NEW_SESSION
 RESTORE_SESSION = _TENANT_CLOCK.format("") + "RETURNING $4::bigint AS created_at)" + _NEW_SESSION
+
+# Archive or unarchive an incarnation ($3), only at the log length $5 when given; no event, no change_seq (nothing
+# another replica caches but a tip, which the next append's own statement confirms).
+SET_ARCHIVED = f"""
+UPDATE forklog_sessions SET archived = $4
+WHERE tenant = $1 AND id = $2 AND instance = $3 AND ($5::bigint IS NULL OR count = $5)
+RETURNING {SESSION_COLUMNS}
+"""
 
 DELETE_SESSION = """
 WITH gone AS (

@@ -36,11 +36,16 @@ _UNKNOWN = (
     "count FROM forklog_sessions WHERE tenant = $1 AND bytes IS NULL"
 )
 _FILL = "UPDATE forklog_sessions SET bytes = $4 WHERE tenant = $1 AND id = $2 AND log = $3 AND count = $5"
-# The bytes of a chain's pieces' lines ($1 logs, $2 starts, $3 stops), newlines included.
+# The bytes of a chain's pieces' lines ($1 logs, $2 starts, $3 stops), newlines included: the packs' sizes (a piece
+# starts and ends at a fork point or the log's end, never inside a pack) and the small rows' lines.
 _LINE_BYTES = """
-SELECT coalesce(sum(octet_length(e.line) + 1), 0)
+SELECT coalesce(sum(x.size), 0)
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS p(log, lo, hi)
-JOIN forklog_events e ON e.log = p.log AND e.seq >= p.lo AND e.seq < p.hi
+CROSS JOIN LATERAL (
+    SELECT k.size FROM forklog_packs k WHERE k.log = p.log AND k.seq >= p.lo AND k.seq < p.hi
+    UNION ALL
+    SELECT octet_length(e.line) + 1 FROM forklog_events e WHERE e.log = p.log AND e.seq >= p.lo AND e.seq < p.hi
+) AS x
 """
 
 

@@ -21,6 +21,7 @@ from app.backends.errors import Access, ReadFailed, StaleHead
 from app.backends.postgres import queries
 from app.backends.postgres.chains import Chain
 from app.backends.postgres.core import PostgresCore
+from app.backends.postgres.packs import assemble, events_in
 from app.backends.postgres.pool import Connection
 from app.backends.postgres.rows import header_of_row
 from app.backends.postgres.state import decode_checkpoint, decode_state, fork_state
@@ -36,6 +37,8 @@ __all__ = ["PostgresReads", "session_of"]
 
 # Events per piece of a snapshot's seed.
 CHUNK_EVENTS = 20_000
+# Events read at a time when looking back for a session's last title.
+TITLE_WINDOW = 4096
 
 
 def session_of(key: SessionKey, row: asyncpg.Record) -> Session:
@@ -61,28 +64,29 @@ class PostgresReads(PostgresCore):
 
     async def read(self, key: SessionKey, start: int, stop: int) -> bytes:
         async with self._connection(Access.READ) as conn:
-            row = await conn.fetchrow(queries.READ_OWN, key.tenant, key.id, start, stop)
-            if row is None:
+            rows = await conn.fetch(queries.READ_OWN, key.tenant, key.id, start, stop)
+            if not rows:
                 return b""
-            stop = min(stop, row["count"])
+            head = rows[0]
+            stop = min(stop, head["count"])
             if start >= stop:
                 return b""
-            own_start = max(start, row["parent_count"])
-            if row["n"] != max(0, stop - own_start):
+            own_start = max(start, head["parent_count"])
+            own, found = assemble(rows, own_start, stop) if own_start < stop else (b"", 0)
+            if found != max(0, stop - own_start):
                 raise ReadFailed(f"events {own_start}..{stop - 1} of session {key.id!r} are not all stored")
-            own = bytes(row["body"]) + b"\n" if row["n"] else b""
-            if start >= row["parent_count"]:
+            if start >= head["parent_count"]:
                 return own  # the whole range is the session's own rows: one statement
-            chain = await self._chains.get(conn, row["log"])
-            return await self._lines(conn, chain, start, min(stop, row["parent_count"])) + own
+            chain = await self._chains.get(conn, head["log"])
+            return await self._lines(conn, chain, start, min(stop, head["parent_count"])) + own
 
     async def _lines(self, conn: Connection, chain: Chain, start: int, stop: int) -> bytes:
-        found = await conn.fetchrow(queries.LINES, *chain.arrays(start, stop))
-        assert found is not None  # an aggregate always gives one row
-        body, count = found
+        if start >= stop:
+            return b""
+        body, count = assemble(await conn.fetch(queries.LINES, *chain.arrays(start, stop)), start, stop)
         if count != stop - start:
             raise ReadFailed(f"events {start}..{stop - 1} are no longer stored (reclaimed after a delete)")
-        return bytes(body) + b"\n" if count else b""
+        return body
 
     def chunks(self, key: SessionKey, instance: str, stop: int) -> AsyncIterator[bytes]:
         # Events never change once stored, and a deleted incarnation's rows stay for ORPHAN_GRACE_MS: the pieces
@@ -135,8 +139,8 @@ class PostgresReads(PostgresCore):
         wanted = list(seqs)
         if not wanted:
             return {}
-        rows = await conn.fetch(queries.EVENTS_AT, [chain.owner(seq) for seq in wanted], wanted)
-        return {row["seq"]: orjson.loads(row["line"]) for row in rows}
+        parts = await conn.fetch(queries.EVENTS_AT, [chain.owner(seq) for seq in wanted], wanted)
+        return {seq: orjson.loads(line) for seq, line in events_in(parts, wanted).items()}
 
     async def _fresh(self, conn: Connection, key: SessionKey, row: asyncpg.Record, chain: Chain) -> CachedTip:
         """The session's tip as ``row`` has it, the surface nodes caught up from the cached entry when it has them
@@ -211,11 +215,19 @@ class PostgresReads(PostgresCore):
         return state
 
     async def _last_title(self, conn: Connection, chain: Chain, stop: int) -> tuple[str | None, int | None]:
-        """The title of the last session/title event before ``stop``, and its seq."""
-        for row in await conn.fetch(queries.TITLE_CANDIDATES, *chain.arrays(0, stop)):
-            event = orjson.loads(row["line"])
-            if event.get("type") == TITLE_TYPE:
-                return title_of(event.get("data")), row["seq"]
+        """The title of the last session/title event before ``stop``, and its seq (read backwards, a window at a
+        time: the title is most often near the end)."""
+        while stop > 0:
+            start = max(0, stop - TITLE_WINDOW)
+            lines = (await self._lines(conn, chain, start, stop)).split(b"\n")[:-1]
+            for offset in range(len(lines) - 1, -1, -1):
+                line = lines[offset]
+                if b'"session/title"' not in line:
+                    continue  # the name may also stand in a message's text: parsed to confirm
+                event = orjson.loads(line)
+                if event.get("type") == TITLE_TYPE:
+                    return title_of(event.get("data")), start + offset
+            stop = start
         return None, None
 
     async def tenants(self) -> list[str]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.backends.log_parts import log_parts
+from app.backends.postgres.packs import BATCH_BYTES, BATCH_EVENTS, Packs, pack_runs
 from app.backends.postgres.state import encode_checkpoint
 from app.domain.history import SurfaceChange
 from app.domain.log import SessionLog
@@ -79,6 +80,24 @@ class Rows:
         self.seqs, self.lines = [], []
         return taken
 
+    def take_packs(self) -> Packs:
+        """The packs of the events up to the last turn/end, leaving here only the small rows of those after."""
+        if not self.turn_end_seqs or not self.seqs:
+            return Packs()
+        first = self.seqs[0]
+        cut = max(self.turn_end_seqs) + 1 - first
+        packs = pack_runs(first, [line.encode() + b"\n" for line in self.lines[:cut]], self.turn_end_seqs)
+        self.seqs, self.lines = self.seqs[cut:], self.lines[cut:]
+        return packs
+
+    def take_batch_packs(self) -> Packs:
+        """An append's events as packs when the batch is large enough (none left here then), else none."""
+        if len(self.lines) < BATCH_EVENTS and sum(len(line) for line in self.lines) < BATCH_BYTES:
+            return Packs()
+        packs = pack_runs(self.seqs[0], [line.encode() + b"\n" for line in self.lines], self.turn_end_seqs)
+        self.seqs, self.lines = [], []
+        return packs
+
     def params(self) -> list[Any]:
         return [
             self.seqs,
@@ -104,4 +123,5 @@ def header_of_row(session_id: str, row: Any) -> SessionHeader:
         origin=row["origin"],
         delegation_depth=row["delegation_depth"],
         agent_preset=row["agent_preset"],
+        archived=row.get("archived") is True,  # (a row read without the column is one no archive reached)
     )

@@ -16,7 +16,11 @@ Tables (every name starts with ``forklog_``):
 - ``logs``: the stored logs. A session incarnation has its own log; a fork's log starts with the first
   ``parent_count`` events of its ``parent`` log (shared rows, not copies) and holds its own rows from there on.
   ``orphaned_at`` is set when its session is deleted (the sweep reclaims what no live session still reads).
-- ``events``: one row per stored event, its exact canonical JSON text (``text``, not ``jsonb``), keyed by (log, seq).
+- ``events``: one row per event of a log's open turn (and of an older forklog's logs not repacked yet), its exact
+  canonical JSON text (``text``, not ``jsonb``), keyed by (log, seq).
+- ``packs`` (version 9): the events of ended turns, up to 1,024 a row, their lines concatenated and compressed
+  (:mod:`app.backends.postgres.packs`); ``pack_queue``: the logs an older forklog stored, for the packer
+  (:mod:`app.backends.postgres.packing`) to repack.
 - ``surface``: one row per surface event (what it did to the model-visible surface), to rebuild the surface nodes.
 - ``turn_ends``: one row per ``turn/end`` with its time and the rules' checkpoint right after it (a fork's state).
 - ``deletions``: recent deletes, for the change poll of other replicas.
@@ -32,6 +36,11 @@ Tables (every name starts with ``forklog_``):
 
 - ``state_fill``: the logs whose rows an older forklog wrote without the sidebar's members (version 6), emptied by
   the next start (:mod:`app.backends.postgres.state_fill`).
+- ``stats_fill``: the logs whose rows an older forklog wrote without the session's figures of spec 17 (the stats
+  migration), emptied by the next start (:mod:`app.backends.postgres.stats_fill`).
+
+``sessions.archived`` says whether the session is archived (spec 17): never cached by a replica but in the tip an
+append checks, which the append's own statement confirms (a moved flag is a stale tip, read again).
 
 ``sessions.bytes`` (version 3) is the session's log as ``export`` writes it, header line included, or NULL where it
 is not known yet (see :mod:`app.backends.postgres.quotas`).
@@ -197,6 +206,42 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE forklog_sessions ALTER COLUMN changed_at SET NOT NULL;
     ALTER TABLE forklog_sessions
         ALTER COLUMN changed_at SET DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    """,
+    # 9: packed rows (spec 16, bytes at rest): the events of ended turns as packs of up to 1,024 events, their lines
+    # concatenated and compressed (app.backends.postgres.packs); the open turn's events stay one small row each in
+    # forklog_events until the packer replaces them. Every log an older forklog stored is queued for the packer,
+    # which repacks it in bounded batches (reads serve its small rows meanwhile). Idempotent: a database taken back
+    # to an older version by hand keeps its packs. The small rows come and go: vacuumed soon, whatever their count.
+    """
+    CREATE TABLE IF NOT EXISTS forklog_packs (
+        log bigint NOT NULL,
+        seq bigint NOT NULL,
+        count integer NOT NULL,
+        size integer NOT NULL,
+        compressed boolean NOT NULL,
+        body bytea NOT NULL,
+        PRIMARY KEY (log, seq)
+    );
+    ALTER TABLE forklog_packs ALTER COLUMN body SET STORAGE EXTERNAL;
+    CREATE TABLE IF NOT EXISTS forklog_pack_queue (log bigint PRIMARY KEY);
+    INSERT INTO forklog_pack_queue (log) SELECT id FROM forklog_logs ON CONFLICT DO NOTHING;
+    ALTER TABLE forklog_events SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000);
+    """,
+    # 10: stats: the logs whose rows an older forklog wrote without the session's figures (spec 17: a state of fewer
+    # than 15 columns, a checkpoint of fewer than 5), filled from their events by the next start
+    # (app.backends.postgres.stats_fill).
+    """
+    CREATE TABLE IF NOT EXISTS forklog_stats_fill (log bigint PRIMARY KEY);
+    INSERT INTO forklog_stats_fill (log)
+        SELECT log FROM forklog_sessions WHERE json_array_length(state::json) < 15
+        UNION
+        SELECT DISTINCT log FROM forklog_turn_ends WHERE json_array_length(checkpoint::json) < 5
+    ON CONFLICT DO NOTHING;
+    """,
+    # 11: archived (spec 17): hidden from lists and searches unless asked for; kept in the row, beside the log, so that
+    # every replica reads it from the database (the default serves the creates of an older replica meanwhile).
+    """
+    ALTER TABLE forklog_sessions ADD COLUMN IF NOT EXISTS archived boolean NOT NULL DEFAULT false;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -15,6 +15,7 @@ import orjson
 
 from app.domain.log_state import LogState
 from app.domain.staging import Checkpoint, checkpoint
+from app.domain.stats import stats_of_columns
 
 __all__ = ["decode_checkpoint", "decode_state", "encode_checkpoint", "encode_state", "fork_state"]
 
@@ -28,14 +29,16 @@ def decode_state(text: str, count: int, nodes: list[int]) -> LogState:
 
 
 def encode_checkpoint(point: Checkpoint, body_bytes: int) -> str:
-    """A turn/end's checkpoint with the bytes of the lines up to it (a fork's seed's ``bytes``)."""
-    return orjson.dumps([*point.columns(), body_bytes]).decode()
+    """A turn/end's checkpoint with the bytes of the lines up to it (a fork's seed's ``bytes``), then the session's
+    figures there (spec 17)."""
+    next_turn, next_step, pending, stats = point.columns()
+    return orjson.dumps([next_turn, next_step, pending, body_bytes, stats]).decode()
 
 
 def decode_checkpoint(text: str) -> tuple[Checkpoint, int]:
     """The checkpoint and the bytes of the lines up to its turn/end."""
-    next_turn, next_step, pending, body_bytes = orjson.loads(text)
-    return checkpoint(next_turn, next_step, frozenset(pending)), int(body_bytes)
+    next_turn, next_step, pending, body_bytes, stats = orjson.loads(text)
+    return checkpoint(next_turn, next_step, frozenset(pending), stats_of_columns(stats)), int(body_bytes)
 
 
 def fork_state(count: int, last_time: Any, checkpoint: Checkpoint, body_bytes: int, source: LogState) -> LogState:
@@ -58,4 +61,5 @@ def fork_state(count: int, last_time: Any, checkpoint: Checkpoint, body_bytes: i
         title_seq=source.title_seq,
         preview=source.preview if in_seed else None,
         preview_seq=source.preview_seq if in_seed else None,
+        stats=checkpoint.stats.owned_from(count),
     )

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from app.backends.postgres.chains import ChainCache
+from app.backends.postgres.packs import PARTS, assemble
 from app.backends.postgres.pool import Connection
 from app.domain.summary import TITLE_TYPE, preview_of, title_of
 
@@ -37,10 +38,6 @@ _SESSION = "SELECT count, state FROM forklog_sessions WHERE log = $1"
 _OLD_CHECKPOINTS = f"""
 SELECT seq, checkpoint FROM forklog_turn_ends
 WHERE log = $1 AND jsonb_array_length(checkpoint::jsonb) = {OLD_CHECKPOINT_COLUMNS} ORDER BY seq
-"""
-_LINES = """
-SELECT e.seq, e.line FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS p (log, lo, hi)
-JOIN forklog_events e ON e.log = p.log AND e.seq >= p.lo AND e.seq < p.hi ORDER BY e.seq
 """
 
 
@@ -100,11 +97,11 @@ async def _fill(conn: Connection, chains: ChainCache, log: int) -> None:
     summary = _Summary()
     for start in range(0, stop, READ_EVENTS):
         end = min(stop, start + READ_EVENTS)
-        lines = await conn.fetch(_LINES, *chain.arrays(start, end))
-        if len(lines) != end - start:
+        body, count = assemble(await conn.fetch(PARTS, *chain.arrays(start, end)), start, end)
+        if count != end - start:
             logger.warning("log %d: events %d..%d are not all stored; its old rows stay as they are", log, start, end)
             return
-        for seq, line in lines:
+        for seq, line in enumerate(body.decode().split("\n")[:-1], start):
             summary.add(seq, line)
             if seq in checkpoints:
                 await conn.execute(

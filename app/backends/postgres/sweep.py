@@ -24,10 +24,15 @@ FROM forklog_logs l
 WHERE l.orphaned_at IS NOT NULL AND l.orphaned_at <= $1
 ORDER BY l.id
 """
+# A pack never holds a turn/end but as its last event, and ``keep`` is a fork point: whole packs go.
+_DELETE_PACKS = """
+WITH gone AS (DELETE FROM forklog_packs WHERE log = $1 AND seq >= $2 RETURNING count)
+SELECT coalesce(sum(count), 0) FROM gone
+"""
 
 
 async def sweep_once(conn: Connection, *, now: int, grace_ms: int) -> int:
-    """One sweep; the number of event rows reclaimed (0 if another replica is sweeping right now)."""
+    """One sweep; the number of events reclaimed (0 if another replica is sweeping right now)."""
     reclaimed = 0
     async with conn.transaction():
         if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", SWEEP_LOCK):
@@ -36,8 +41,10 @@ async def sweep_once(conn: Connection, *, now: int, grace_ms: int) -> int:
             removed_logs = 0
             for row in await conn.fetch(_CANDIDATES, now - grace_ms):
                 log, keep = row["id"], row["keep"]
+                await conn.execute("SELECT id FROM forklog_logs WHERE id = $1 FOR UPDATE", log)  # the packer's lock
                 status = await conn.execute("DELETE FROM forklog_events WHERE log = $1 AND seq >= $2", log, keep)
                 reclaimed += int(status.split()[-1])
+                reclaimed += int(await conn.fetchval(_DELETE_PACKS, log, keep))
                 await conn.execute("DELETE FROM forklog_surface WHERE log = $1 AND seq >= $2", log, keep)
                 await conn.execute("DELETE FROM forklog_turn_ends WHERE log = $1 AND seq >= $2", log, keep)
                 if not row["has_children"]:

@@ -12,6 +12,7 @@ owns it (source and destination alike); a database must be reachable.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager, AsyncExitStack, nullcontext
 from dataclasses import dataclass
@@ -30,7 +31,9 @@ from app.domain.errors import EventRejected, SessionAlreadyExists
 from app.domain.listing import PageRequest
 from app.domain.log import SessionLog
 from app.domain.session import Session, SessionKey
+from app.domain.stats import SessionStats
 from app.service.errors import TransferFailed
+from app.service.transfer.dsh_log import LogEncoding
 from app.service.transfer.opened import opened
 
 __all__ = ["Advance", "CopyReport", "copy_sessions", "copy_store", "describe"]
@@ -58,10 +61,12 @@ def describe(place: str) -> str:
     return redact(place) if "://" in place else place
 
 
-def _store_at(place: str) -> StoreSettings:
+def _store_at(place: str, compression: LogEncoding | None = None) -> StoreSettings:
     if "://" in place and not place.startswith("postgresql://"):
         raise TransferFailed(f"{describe(place)} is neither a data directory nor a postgresql:// URL")
-    return StoreSettings.at(place)
+    if compression is not None and "://" in place:
+        raise TransferFailed(f"--compression is the encoding of a data directory, and {describe(place)} is a database")
+    return dataclasses.replace(StoreSettings.at(place), compression=compression)
 
 
 def _same_place(source: str, target: str) -> bool:
@@ -75,18 +80,22 @@ async def copy_store(
     target: str,
     *,
     skip_existing: bool,
+    compression: LogEncoding | None = None,
     progress: AbstractContextManager[Advance] | None = None,
 ) -> CopyReport:
     """Copy every session of the store at ``source`` (a data directory or a ``postgresql://`` URL) to the one at
-    ``target``; ``progress`` is entered once both are open. TransferFailed (saying whether anything was written) or
-    a storage error when it cannot."""
+    ``target``; ``progress`` is entered once both are open. A data directory as ``target`` holds its sessions in
+    ``compression`` (spec 16; None: its own encoding, ``zstd`` for a new one), whatever the source's: a copy
+    converts, the logical lines unchanged. TransferFailed (saying whether anything was written) or a storage error
+    (a ``compression`` the existing target does not hold among them) when it cannot."""
     if _same_place(source, target):
         raise TransferFailed("--from and --to name the same store")
     source_store = _store_at(source)
     async with AsyncExitStack() as stack:
         # The source is read (or refused) before the destination is made or locked.
         reader = await stack.enter_async_context(opened(open_store(source_store, OpenFor.READ).reader))
-        backend = await stack.enter_async_context(opened(open_store(_store_at(target), OpenFor.WRITE)))
+        target_store = _store_at(target, compression)
+        backend = await stack.enter_async_context(opened(open_store(target_store, OpenFor.WRITE)))
         with progress if progress is not None else nullcontext(_unwatched) as advance:
             report = await copy_sessions(reader, backend, skip_existing=skip_existing, progress=advance)
     return report
@@ -159,6 +168,7 @@ async def _log_of(store: Reader, session: Session) -> SessionLog:
     """The session's log rebuilt from its stored lines, a window at a time; TransferFailed if it would not give back
     the same bytes."""
     log = SessionLog()
+    log.state.stats = SessionStats(session.header.seed_length or 0)  # its own usage counts after its seed
     count = session.head.count
     for start in range(0, count, WINDOW_EVENTS):
         lines = await store.read(session.key, start, min(count, start + WINDOW_EVENTS))

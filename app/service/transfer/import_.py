@@ -1,4 +1,5 @@
-"""``import``: a DSH log file into a new session (spec 10).
+"""``import``: a DSH log file, raw ``.jsonl`` or ``.jsonl.zstd`` (told by its content), into a new session (spec 10,
+16).
 
 The file's events are checked as a seed (packed rows expanded, each event's ``seq`` and ``time`` kept); its
 header's lineage, ``cwd`` and ``createdAt`` are kept. The session gets a new ``instance``: an import is a new
@@ -22,6 +23,7 @@ from app.domain.jsonvalue import JsonSyntaxError, JsonTooDeep
 from app.domain.log import SessionLog, seed_log
 from app.domain.session import Session, SessionHeader, SessionKey
 from app.service.errors import TransferFailed
+from app.service.transfer.dsh_log import log_text
 from app.service.transfer.opened import opened
 
 __all__ = ["import_session", "read_log"]
@@ -29,8 +31,8 @@ __all__ = ["import_session", "read_log"]
 
 def read_log(data: bytes, session_id: str | None) -> tuple[SessionHeader, SessionLog]:
     """The header (with a new instance, and the id ``session_id`` if given) and the checked log a DSH log's bytes
-    hold; TransferFailed (saying which line and why) or InvalidId if they hold none."""
-    lines = data.split(b"\n")
+    (raw or compressed) hold; TransferFailed (saying which line and why) or InvalidId if they hold none."""
+    lines = log_text(data).split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
     if not lines:
@@ -50,11 +52,15 @@ def read_log(data: bytes, session_id: str | None) -> tuple[SessionHeader, Sessio
             events += decode_line(line)
         except (JsonSyntaxError, JsonTooDeep, MalformedRecord) as exc:
             raise TransferFailed(f"line {number} is not a storage record: {exc}") from None
+    # ``archived`` as export writes it (only ``true`` counts: DSH ignores the member, whatever it holds).
+    archived = record.get("archived") is True
+    header = dataclasses.replace(
+        header_from_record(record, target), id=target, instance=new_instance(), archived=archived
+    )
     try:
-        log = seed_log(events, now=wall_clock_ms())
+        log = seed_log(events, now=wall_clock_ms(), seed_length=header.seed_length)
     except SessionError as exc:
         raise TransferFailed(exc.detail) from None
-    header = dataclasses.replace(header_from_record(record, target), id=target, instance=new_instance())
     return header, log
 
 

@@ -28,6 +28,7 @@ from forklog_client._errors import (
     MethodNotAllowedError,
     NotAtTurnBoundaryError,
     NotFoundError,
+    NotInTurnError,
     NotReadyError,
     PayloadTooLargeError,
     QuotaExceededError,
@@ -51,6 +52,7 @@ from forklog_client._models import (
     Message,
     Model,
     Session,
+    SessionStats,
     Snapshot,
 )
 from forklog_client._sync import Forklog, Sessions
@@ -83,6 +85,7 @@ __all__ = [
     "Model",
     "NotAtTurnBoundaryError",
     "NotFoundError",
+    "NotInTurnError",
     "NotReadyError",
     "PayloadTooLargeError",
     "QuotaExceededError",
@@ -94,6 +97,7 @@ __all__ = [
     "SessionCorruptError",
     "SessionNotFoundError",
     "SessionNotLiveError",
+    "SessionStats",
     "Sessions",
     "Snapshot",
     "StorageUnavailableError",

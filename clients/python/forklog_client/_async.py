@@ -69,7 +69,7 @@ class AsyncForklog:
                 retry += 1
                 continue
             if response.is_success:
-                return call.read(response.json() if response.content else None)
+                return call.answer(response.content)
             problem = problem_of(response)
             if call.gone_is_done and gone_after_retry(response, problem, retry):
                 return call.read(None)
@@ -111,9 +111,10 @@ class AsyncSessions:
         origin: str | None = None,
         agent_preset: str | None = None,
         page_size: int = 100,
+        archived: bool | str | None = None,
     ) -> AsyncGenerator[Session, None]:
         """Every matching session, page after page (each page one request, asked for as the iteration needs it)."""
-        filters = _calls.list_filters(parent, order, direction, q, cwd, origin, agent_preset)
+        filters = _calls.list_filters(parent, order, direction, q, cwd, origin, agent_preset, archived)
         cursor: str | None = None
         while True:
             page = await self._client._send(_calls.sessions_page(filters, page_size, cursor))
@@ -132,6 +133,26 @@ class AsyncSessions:
         idempotency_key: str | None = None,
     ) -> Appended:
         return await self._client._send(_calls.append(id, events, expected_seq, instance, idempotency_key))
+
+    async def update(
+        self, id: str, archived: bool, expected_seq: int | None = None, instance: str | None = None
+    ) -> Session:
+        """Archive (``archived=True``) or unarchive the session: hidden from :meth:`list` and searches unless they
+        ask for ``archived=True`` or ``"any"``; its log is unchanged. ``expected_seq`` and ``instance`` make it
+        conditional, as for an append."""
+        return await self._client._send(_calls.update(id, archived, expected_seq, instance))
+
+    async def interrupt(
+        self,
+        id: str,
+        expected_seq: int | None = None,
+        instance: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Appended:
+        """Close the session's open turn as DSH closes an abandoned one (error results for unanswered tool calls,
+        the open step's end, ``turn/end`` with reason ``interrupted``): appended as one batch, answered as an
+        append. :class:`NotInTurnError` when no turn is open."""
+        return await self._client._send(_calls.interrupt(id, expected_seq, instance, idempotency_key))
 
     async def events(self, id: str, from_seq: int = 0, page_size: int = 1000) -> AsyncGenerator[Event, None]:
         """The stored events from ``from_seq`` to the end of the log as it is when each page is read."""
@@ -189,6 +210,11 @@ class AsyncSessions:
 
     async def history(self, id: str, at_seq: int | None = None) -> History:
         return await self._client._send(_calls.history(id, at_seq))
+
+    async def log(self, id: str, compression: str = "none") -> bytes:
+        """The session's DSH log as a file, as ``forklog export`` writes it: raw JSONL (``compression="none"``),
+        or DSH's ``.jsonl.zstd`` (``"zstd"``)."""
+        return await self._client._send(_calls.log(id, compression))
 
     async def snapshot(
         self, id: str, instance: str | None = None, at_seq: int | None = None, expected_seq: int | None = None

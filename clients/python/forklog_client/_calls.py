@@ -26,7 +26,8 @@ EventInput = Mapping[str, Any] | Event
 
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
-    """One request: ``read`` turns a 2xx answer's JSON (``None`` for an empty body) into the result."""
+    """One request: ``read`` turns a 2xx answer's JSON (``None`` for an empty body), or with ``accept`` its bytes
+    as they came (a file of that media type), into the result."""
 
     method: str
     path: str
@@ -35,9 +36,17 @@ class Call(Generic[T]):
     content: bytes | None = None
     idempotency_key: str | None = None
     gone_is_done: bool = False  # a delete: a retry answered 404 means an earlier attempt did it
+    accept: str | None = None  # the media type of a file to read whole (its bytes, not JSON)
+
+    def answer(self, content: bytes) -> T:
+        if self.accept is not None:
+            return self.read(content)
+        return self.read(json.loads(content) if content else None)
 
     def headers(self) -> dict[str, str]:
         headers: dict[str, str] = {}
+        if self.accept is not None:
+            headers["Accept"] = self.accept
         if self.content is not None:
             headers["Content-Type"] = "application/json"
         if self.idempotency_key is not None:
@@ -98,8 +107,32 @@ def append(
     return Call("POST", path, Appended, content=content, idempotency_key=_key(idempotency_key))
 
 
+def update(session_id: str, archived: bool, expected_seq: int | None, instance: str | None) -> Call[Session]:
+    """``PATCH /sessions/{id}``: setting ``archived`` twice sets it once, so a retry is harmless."""
+    content = body_of(archived=archived, expectedSeq=expected_seq, instance=instance)
+    return Call("PATCH", session_path(session_id), Session, content=content)
+
+
+def interrupt(
+    session_id: str, expected_seq: int | None, instance: str | None, idempotency_key: str | None
+) -> Call[Appended]:
+    """``POST /sessions/{id}/interrupt``: a change of the log, so it carries an ``Idempotency-Key`` as an append."""
+    content = body_of(expectedSeq=expected_seq, instance=instance)
+    path = session_path(session_id, "interrupt")
+    return Call("POST", path, Appended, content=content, idempotency_key=_key(idempotency_key))
+
+
 def history(session_id: str, at_seq: int | None) -> Call[History]:
     return Call("GET", session_path(session_id, "history"), History, params=_params(atSeq=at_seq))
+
+
+LOG_MEDIA_TYPES = {"none": "application/x-ndjson", "zstd": "application/zstd"}
+
+
+def log(session_id: str, compression: str) -> Call[bytes]:
+    if compression not in LOG_MEDIA_TYPES:
+        raise ValueError(f"compression is 'none' or 'zstd', not {compression!r}")
+    return Call("GET", session_path(session_id, "log"), bytes, accept=LOG_MEDIA_TYPES[compression])
 
 
 def snapshot(session_id: str, instance: str | None, at_seq: int | None, expected_seq: int | None) -> Call[Snapshot]:
@@ -158,9 +191,12 @@ def list_filters(
     cwd: str | None,
     origin: str | None,
     agent_preset: str | None,
+    archived: bool | str | None = None,
 ) -> dict[str, Any]:
-    """The list's query parameters by their wire names, passed through as given."""
+    """The list's query parameters by their wire names, passed through as given (``archived``: ``True``,
+    ``False`` or ``"any"``, sent as ``true``, ``false``, ``any``)."""
     return {
+        "archived": archived if not isinstance(archived, bool) else ("true" if archived else "false"),
         "parent": parent,
         "order": order,
         "direction": direction,

@@ -169,6 +169,10 @@ class RateLimitedError(ForklogError):
     """429 RATE_LIMITED: the key's requests are over its rate (retried after ``Retry-After``)."""
 
 
+class NotInTurnError(ForklogError):
+    """409 NOT_IN_TURN: an interrupt of a session with no open turn (``lastTurnEndSeq``)."""
+
+
 _BY_CODE: dict[str, type[ForklogError]] = {
     "SESSION_NOT_FOUND": SessionNotFoundError,
     "SESSION_ALREADY_EXISTS": SessionAlreadyExistsError,
@@ -195,6 +199,7 @@ _BY_CODE: dict[str, type[ForklogError]] = {
     "INTERNAL": InternalError,
     "QUOTA_EXCEEDED": QuotaExceededError,
     "RATE_LIMITED": RateLimitedError,
+    "NOT_IN_TURN": NotInTurnError,
 }
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "Message",
     "Model",
     "Session",
+    "SessionStats",
     "Snapshot",
 ]
 
@@ -119,6 +120,37 @@ class NestedList(Generic[M]):
         return [self.model(item) for item in obj._wire.get(self.wire) or ()]
 
 
+class MaybeNested(Generic[M]):
+    """A wire member that is an object, read as a model; ``None`` when absent (an older server's answer)."""
+
+    def __init__(self, wire: str, model: type[M]) -> None:
+        self.wire, self.model = wire, model
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any]) -> MaybeNested[M]: ...
+    @overload
+    def __get__(self, obj: Model, owner: type[Any]) -> M | None: ...
+    def __get__(self, obj: Model | None, owner: type[Any]) -> MaybeNested[M] | M | None:
+        if obj is None:
+            return self
+        value = obj._wire.get(self.wire)
+        return None if value is None else self.model(value)
+
+
+class SessionStats(Model):
+    """DSH's ``sessionStats`` fold of a session's whole log (spec 17): counts, and wall times in milliseconds."""
+
+    __slots__ = ()
+    turns: Member[int] = Member("turns")
+    steps: Member[int] = Member("steps")
+    llm_ms: Member[float] = Member("llmMs")
+    tool_ms: Member[float] = Member("toolMs")
+    ttft_ms: Member[float] = Member("ttftMs")
+    ttft_steps: Member[int] = Member("ttftSteps")
+    decode_ms: Member[float] = Member("decodeMs")
+    decode_tokens: Member[float] = Member("decodeTokens")
+
+
 class Session(Model):
     """A session (spec 3): its header, where its log stands, and (on newer servers) what a sidebar shows."""
 
@@ -132,6 +164,11 @@ class Session(Model):
     origin: Member[str | None] = Member("origin")
     delegation_depth: Member[int] = Member("delegationDepth")
     agent_preset: Member[str | None] = Member("agentPreset")
+    # Spec 17's members: None from a server that does not send them yet.
+    archived: Member[bool | None] = Member("archived")
+    stats: MaybeNested[SessionStats] = MaybeNested("stats", SessionStats)
+    usage: Member[dict[str, int] | None] = Member("usage")
+    own_usage: Member[dict[str, int] | None] = Member("ownUsage")
     event_count: Member[int] = Member("eventCount")
     last_event_type: Member[str | None] = Member("lastEventType")
     open_turn: Member[int | None] = Member("openTurn")

@@ -68,7 +68,7 @@ class Forklog:
                 retry += 1
                 continue
             if response.is_success:
-                return call.read(response.json() if response.content else None)
+                return call.answer(response.content)
             problem = problem_of(response)
             if call.gone_is_done and gone_after_retry(response, problem, retry):
                 return call.read(None)
@@ -110,9 +110,10 @@ class Sessions:
         origin: str | None = None,
         agent_preset: str | None = None,
         page_size: int = 100,
+        archived: bool | str | None = None,
     ) -> Generator[Session, None, None]:
         """Every matching session, page after page (each page one request, asked for as the iteration needs it)."""
-        filters = _calls.list_filters(parent, order, direction, q, cwd, origin, agent_preset)
+        filters = _calls.list_filters(parent, order, direction, q, cwd, origin, agent_preset, archived)
         cursor: str | None = None
         while True:
             page = self._client._send(_calls.sessions_page(filters, page_size, cursor))
@@ -130,6 +131,24 @@ class Sessions:
         idempotency_key: str | None = None,
     ) -> Appended:
         return self._client._send(_calls.append(id, events, expected_seq, instance, idempotency_key))
+
+    def update(self, id: str, archived: bool, expected_seq: int | None = None, instance: str | None = None) -> Session:
+        """Archive (``archived=True``) or unarchive the session: hidden from :meth:`list` and searches unless they
+        ask for ``archived=True`` or ``"any"``; its log is unchanged. ``expected_seq`` and ``instance`` make it
+        conditional, as for an append."""
+        return self._client._send(_calls.update(id, archived, expected_seq, instance))
+
+    def interrupt(
+        self,
+        id: str,
+        expected_seq: int | None = None,
+        instance: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Appended:
+        """Close the session's open turn as DSH closes an abandoned one (error results for unanswered tool calls,
+        the open step's end, ``turn/end`` with reason ``interrupted``): appended as one batch, answered as an
+        append. :class:`NotInTurnError` when no turn is open."""
+        return self._client._send(_calls.interrupt(id, expected_seq, instance, idempotency_key))
 
     def events(self, id: str, from_seq: int = 0, page_size: int = 1000) -> Generator[Event, None, None]:
         """The stored events from ``from_seq`` to the end of the log as it is when each page is read."""
@@ -186,6 +205,11 @@ class Sessions:
 
     def history(self, id: str, at_seq: int | None = None) -> History:
         return self._client._send(_calls.history(id, at_seq))
+
+    def log(self, id: str, compression: str = "none") -> bytes:
+        """The session's DSH log as a file, as ``forklog export`` writes it: raw JSONL (``compression="none"``),
+        or DSH's ``.jsonl.zstd`` (``"zstd"``)."""
+        return self._client._send(_calls.log(id, compression))
 
     def snapshot(
         self, id: str, instance: str | None = None, at_seq: int | None = None, expected_seq: int | None = None

@@ -14,18 +14,24 @@ import type {
   ForklogOptions,
   History,
   HistoryOptions,
+  InterruptOptions,
   Lineage,
   ListOptions,
+  LogOptions,
   NewEvent,
   Session,
   Snapshot,
   SnapshotOptions,
   TailOptions,
+  UpdateOptions,
 } from "./types.js";
 
 type Query = Record<string, string | number | undefined>;
 
-/** One request; `goneIsDone` marks a delete, whose retry answered 404 means an earlier attempt did it. */
+/**
+ * One request; `goneIsDone` marks a delete, whose retry answered 404 means an earlier attempt did it; `accept` asks
+ * for a file of that media type, answered as its bytes (not JSON).
+ */
 export interface Call {
   method: string;
   path: string;
@@ -33,7 +39,10 @@ export interface Call {
   body?: string;
   idempotencyKey?: string;
   goneIsDone?: boolean;
+  accept?: string;
 }
+
+const LOG_MEDIA_TYPES = { none: "application/x-ndjson", zstd: "application/zstd" } as const;
 
 /** The members that are given (`undefined` means "not given"), as a JSON body. */
 function bodyOf(members: Record<string, unknown>): string {
@@ -99,18 +108,26 @@ export class Forklog {
     const extra: Record<string, string> = {};
     if (call.body !== undefined) extra["Content-Type"] = "application/json";
     if (call.idempotencyKey !== undefined) extra["Idempotency-Key"] = call.idempotencyKey;
+    if (call.accept !== undefined) extra.Accept = call.accept;
     const init = { method: call.method, headers: this.headers(extra), body: call.body };
     const url = this.url(call.path, call.query);
     for (let retry = 0; ; retry += 1) {
       let status: number;
       let headers: Headers;
       let text: string;
+      let bytes: Uint8Array | undefined;
       const controller = new AbortController();
       const timer = setTimeout(() => controller.abort(), this.timeoutMs);
       try {
         const response = await this.fetch(url, { ...init, signal: controller.signal });
         ({ status, headers } = response);
-        text = await response.text(); // inside the try: a body cut short is a lost answer too
+        // inside the try: a body cut short is a lost answer too
+        if (call.accept !== undefined) {
+          bytes = new Uint8Array(await response.arrayBuffer());
+          text = new TextDecoder().decode(bytes);
+        } else {
+          text = await response.text();
+        }
       } catch (lost) {
         if (retry >= this.maxRetries) {
           throw new ConnectionError(`${call.method} ${call.path}: ${String(lost)}, after ${retry} retries`, {
@@ -122,7 +139,10 @@ export class Forklog {
       } finally {
         clearTimeout(timer);
       }
-      if (status >= 200 && status < 300) return (text ? JSON.parse(text) : undefined) as T;
+      if (status >= 200 && status < 300) {
+        if (bytes !== undefined) return bytes as T;
+        return (text ? JSON.parse(text) : undefined) as T;
+      }
       const problem = problemOf(status, text);
       if (call.goneIsDone && retry > 0 && status === 404 && problem.code === "SESSION_NOT_FOUND") {
         return undefined as T;
@@ -156,15 +176,40 @@ export class Sessions {
     await this.client.send<undefined>({ method: "DELETE", path: sessionPath(id), goneIsDone: true });
   }
 
+  /**
+   * Archive (`{archived: true}`) or unarchive the session: hidden from `list` and searches unless they ask for
+   * `archived: true` or `"any"`; its log is unchanged. A retry sets the same value again, so it is harmless.
+   */
+  update(id: string, options: UpdateOptions): Promise<Session> {
+    const { archived, expectedSeq, instance } = options;
+    return this.client.send({ method: "PATCH", path: sessionPath(id), body: bodyOf({ archived, expectedSeq, instance }) });
+  }
+
+  /**
+   * Close the open turn as DSH closes an abandoned one (error results for unanswered tool calls, the open step's
+   * end, `turn/end` with reason `interrupted`), appended as one batch and answered as an append. Throws
+   * NotInTurnError when no turn is open.
+   */
+  interrupt(id: string, options: InterruptOptions = {}): Promise<Appended> {
+    const { expectedSeq, instance, idempotencyKey } = options;
+    return this.client.send({
+      method: "POST",
+      path: sessionPath(id, "interrupt"),
+      body: bodyOf({ expectedSeq, instance }),
+      idempotencyKey: idempotencyKey ?? newKey(),
+    });
+  }
+
   /** Every matching session, page after page (each page one request, asked for as the iteration needs it). */
   async *list(options: ListOptions = {}): AsyncGenerator<Session, void, undefined> {
-    const { pageSize = 100, ...filters } = options;
+    const { pageSize = 100, archived, ...filters } = options;
+    const shown = archived === undefined ? undefined : String(archived);
     let cursor: string | undefined;
     for (;;) {
       const page = await this.client.send<{ items: Session[]; nextCursor: string | null }>({
         method: "GET",
         path: "/sessions",
-        query: { ...filters, limit: pageSize, cursor },
+        query: { ...filters, archived: shown, limit: pageSize, cursor },
       });
       yield* page.items;
       if (page.nextCursor === null || page.nextCursor === undefined) return;
@@ -208,6 +253,12 @@ export class Sessions {
 
   history(id: string, options: HistoryOptions = {}): Promise<History> {
     return this.client.send({ method: "GET", path: sessionPath(id, "history"), query: { atSeq: options.atSeq } });
+  }
+
+  /** The session's DSH log as a file, as `forklog export` writes it: raw JSONL, or `.jsonl.zstd` (`compression`). */
+  log(id: string, options: LogOptions = {}): Promise<Uint8Array> {
+    const accept = LOG_MEDIA_TYPES[options.compression ?? "none"];
+    return this.client.send({ method: "GET", path: sessionPath(id, "log"), accept });
   }
 
   snapshot(id: string, options: SnapshotOptions = {}): Promise<Snapshot> {

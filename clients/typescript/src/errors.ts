@@ -173,6 +173,11 @@ export class RateLimitedError extends ForklogError {
   declare readonly problem: ProblemOf<"RateLimitedProblem">;
 }
 
+/** NOT_IN_TURN: an interrupt of a session with no open turn (`lastTurnEndSeq`). */
+export class NotInTurnError extends ForklogError {
+  declare readonly problem: ProblemOf<"NotInTurnProblem">;
+}
+
 const BY_CODE: Record<string, new (status: number, problem: Problem) => ForklogError> = {
   SESSION_NOT_FOUND: SessionNotFoundError,
   SESSION_ALREADY_EXISTS: SessionAlreadyExistsError,
@@ -199,6 +204,7 @@ const BY_CODE: Record<string, new (status: number, problem: Problem) => ForklogE
   INTERNAL: InternalError,
   QUOTA_EXCEEDED: QuotaExceededError,
   RATE_LIMITED: RateLimitedError,
+  NOT_IN_TURN: NotInTurnError,
 };
 
 /** The error of a problem answer: its code's class, or ForklogError for a code not known here. */

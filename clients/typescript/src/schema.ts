@@ -37,7 +37,8 @@ export interface paths {
         delete: operations["delete_session"];
         options?: never;
         head?: never;
-        patch?: never;
+        /** Archive or unarchive a session (hidden from lists and searches unless asked for; its log unchanged) */
+        patch: operations["update_session"];
         trace?: never;
     };
     "/sessions/{id}/events": {
@@ -52,6 +53,40 @@ export interface paths {
         put?: never;
         /** Append events (atomically: all are stored, or none) */
         post: operations["append_events"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sessions/{id}/log": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The session's DSH log as a file: raw JSONL, or .jsonl.zstd on Accept: application/zstd */
+        get: operations["read_log"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sessions/{id}/interrupt": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Close the open turn as DSH closes an abandoned one (its closers appended as one atomic batch) */
+        post: operations["interrupt_turn"];
         delete?: never;
         options?: never;
         head?: never;
@@ -551,6 +586,36 @@ export interface components {
             requestId: string;
         };
         /**
+         * InterruptRequest
+         * @description POST /sessions/{id}/interrupt (the body may be empty): the open turn closed as DSH closes an abandoned one
+         */
+        InterruptRequest: {
+            /** @description the log length the client has seen; on a mismatch nothing is done */
+            expectedSeq?: number | null;
+            /** @description the session incarnation the client has seen; on a mismatch nothing is done */
+            instance?: string | null;
+        };
+        /**
+         * InterruptTurn409Problem
+         * @description a problem interrupt_turn answers with status 409
+         */
+        InterruptTurn409Problem: components["schemas"]["SessionNotLiveProblem"] | components["schemas"]["NotInTurnProblem"] | components["schemas"]["SeqConflictProblem"] | components["schemas"]["IdempotencyKeyInProgressProblem"];
+        /**
+         * InterruptTurn422Problem
+         * @description a problem interrupt_turn answers with status 422
+         */
+        InterruptTurn422Problem: components["schemas"]["InvalidEventProblem"] | components["schemas"]["InvalidRequestProblem"] | components["schemas"]["IdempotencyKeyReusedProblem"];
+        /**
+         * InterruptTurn429Problem
+         * @description a problem interrupt_turn answers with status 429
+         */
+        InterruptTurn429Problem: components["schemas"]["QuotaExceededProblem"] | components["schemas"]["RateLimitedProblem"];
+        /**
+         * InterruptTurn503Problem
+         * @description a problem interrupt_turn answers with status 503
+         */
+        InterruptTurn503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
+        /**
          * InvalidBoundaryProblem
          * @description INVALID_BOUNDARY: Invalid boundary
          */
@@ -947,6 +1012,29 @@ export interface components {
             requestId: string;
         };
         /**
+         * NotInTurnProblem
+         * @description NOT_IN_TURN: No turn is open
+         */
+        NotInTurnProblem: {
+            /** @description a URI naming the code */
+            type: string;
+            title: string;
+            status: number;
+            /** @description what happened and what to do next, for a person */
+            detail: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            code: "NOT_IN_TURN";
+            /** @description the request's path */
+            instance: string;
+            /** @description the request's id, as its X-Request-Id answer header gives it */
+            requestId: string;
+            /** @description the seq of the last turn/end, or null */
+            lastTurnEndSeq: number | null;
+        };
+        /**
          * NotReadyProblem
          * @description NOT_READY: Not ready
          */
@@ -1071,6 +1159,11 @@ export interface components {
          * @description a problem read_lineage answers with status 503
          */
         ReadLineage503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
+        /**
+         * ReadLog503Problem
+         * @description a problem read_log answers with status 503
+         */
+        ReadLog503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
         /**
          * Ready
          * @description Every tenant's counts and corrupt list to an admin key; its tenant's counts to another key; no key: status.
@@ -1553,6 +1646,8 @@ export interface components {
             delegationDepth: number;
             /** @description the agent preset the session runs with */
             agentPreset: string | null;
+            /** @description whether the session is archived: hidden from lists and searches unless asked for */
+            archived: boolean;
             /** @description the log's length: the seq of the next event */
             eventCount: number;
             lastEventType: string | null;
@@ -1570,6 +1665,16 @@ export interface components {
             preview: string | null;
             /** @description the length in bytes of the session's log as export writes it */
             bytes: number;
+            /** @description DSH's sessionStats fold of the whole log */
+            stats: components["schemas"]["SessionStats"];
+            /** @description token sums over every usage chunk of the log */
+            usage: {
+                [key: string]: number;
+            };
+            /** @description token sums over the usage chunks after the seed (seedLength) only */
+            ownUsage: {
+                [key: string]: number;
+            };
             /** @description present in the answer to a search (q) only */
             match?: components["schemas"]["SearchMatch"] | null;
         };
@@ -1632,6 +1737,8 @@ export interface components {
             delegationDepth: number;
             /** @description the agent preset the session runs with */
             agentPreset: string | null;
+            /** @description whether the session is archived: hidden from lists and searches unless asked for */
+            archived: boolean;
             /** @description the log's length: the seq of the next event */
             eventCount: number;
             lastEventType: string | null;
@@ -1649,6 +1756,16 @@ export interface components {
             preview: string | null;
             /** @description the length in bytes of the session's log as export writes it */
             bytes: number;
+            /** @description DSH's sessionStats fold of the whole log */
+            stats: components["schemas"]["SessionStats"];
+            /** @description token sums over every usage chunk of the log */
+            usage: {
+                [key: string]: number;
+            };
+            /** @description token sums over the usage chunks after the seed (seedLength) only */
+            ownUsage: {
+                [key: string]: number;
+            };
         };
         /**
          * SessionPage
@@ -1658,6 +1775,40 @@ export interface components {
             items: components["schemas"]["SessionListItem"][];
             /** @description the cursor of the next page; null on the last page */
             nextCursor: string | null;
+        };
+        /**
+         * SessionStats
+         * @description DSH's sessionStats fold of the whole log (spec 17): counts, and wall times in milliseconds.
+         */
+        SessionStats: {
+            /** @description turns with at least one step/end */
+            turns: number;
+            /** @description step/end events */
+            steps: number;
+            /** @description model time: each step's step/start to its assistant/message */
+            llmMs: number;
+            /** @description tool time: each tool/call to the tool/result of its callId */
+            toolMs: number;
+            /** @description time to first token, summed over the steps that streamed one */
+            ttftMs: number;
+            /** @description the steps whose first token was seen */
+            ttftSteps: number;
+            /** @description first token to assistant/message, on steps that report outputTokens */
+            decodeMs: number;
+            /** @description the outputTokens of those steps */
+            decodeTokens: number;
+        };
+        /**
+         * SessionUpdate
+         * @description PATCH /sessions/{id}: archive or unarchive the session (no event is written)
+         */
+        SessionUpdate: {
+            /** @description true hides the session from lists and searches unless they ask for archived ones; false shows it again */
+            archived: boolean;
+            /** @description the log length the client has seen; on a mismatch nothing is done */
+            expectedSeq?: number | null;
+            /** @description the session incarnation the client has seen; on a mismatch nothing is done */
+            instance?: string | null;
         };
         /**
          * SnapshotMeta
@@ -1937,6 +2088,16 @@ export interface components {
             requestId: string;
         };
         /**
+         * UpdateSession409Problem
+         * @description a problem update_session answers with status 409
+         */
+        UpdateSession409Problem: components["schemas"]["SessionNotLiveProblem"] | components["schemas"]["SeqConflictProblem"];
+        /**
+         * UpdateSession503Problem
+         * @description a problem update_session answers with status 503
+         */
+        UpdateSession503Problem: components["schemas"]["NotReadyProblem"] | components["schemas"]["StorageUnavailableProblem"] | components["schemas"]["SessionCorruptProblem"];
+        /**
          * UserMessageEvent
          * @description a user's message (role user)
          */
@@ -1983,6 +2144,8 @@ export interface operations {
                 origin?: string;
                 /** @description only sessions whose agentPreset equals it */
                 agentPreset?: string;
+                /** @description false (the default: archived sessions are hidden), true (only archived ones) or any */
+                archived?: "false" | "true" | "any";
                 /** @description only sessions that match this search: every word of it a word of the session's title, cwd or user and assistant messages' text, the last word also as the start of one (then the order defaults to updated) */
                 q?: string;
             };
@@ -2447,6 +2610,150 @@ export interface operations {
             };
         };
     };
+    update_session: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the session id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionUpdate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionOut"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request (a Host this service does not serve: without keys it serves only this machine) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description UNAUTHENTICATED: Unauthenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnauthenticatedProblem"];
+                };
+            };
+            /** @description FORBIDDEN: Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForbiddenProblem"];
+                };
+            };
+            /** @description SESSION_NOT_FOUND: Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["SessionNotFoundProblem"];
+                };
+            };
+            /** @description REQUEST_TIMEOUT: Request timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RequestTimeoutProblem"];
+                };
+            };
+            /** @description SESSION_NOT_LIVE: Not the live session instance; SEQ_CONFLICT: Sequence conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UpdateSession409Problem"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE: Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["PayloadTooLargeProblem"];
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnsupportedMediaTypeProblem"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE: Request headers too large */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["HeadersTooLargeProblem"];
+                };
+            };
+            /** @description INTERNAL: Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InternalProblem"];
+                };
+            };
+            /** @description NOT_READY: Not ready; STORAGE_UNAVAILABLE: Storage unavailable; SESSION_CORRUPT: Session corrupt */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UpdateSession503Problem"];
+                };
+            };
+        };
+    };
     read_events: {
         parameters: {
             query?: {
@@ -2712,6 +3019,269 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": components["schemas"]["AppendEvents503Problem"];
+                };
+            };
+        };
+    };
+    read_log: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the session id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the session's DSH log as `forklog export` writes it: the header line, then every stored line (application/x-ndjson), or DSH's .jsonl.zstd of those lines (application/zstd, when Accept asks for it) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": string;
+                    "application/zstd": string;
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request (a Host this service does not serve: without keys it serves only this machine) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description UNAUTHENTICATED: Unauthenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnauthenticatedProblem"];
+                };
+            };
+            /** @description FORBIDDEN: Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForbiddenProblem"];
+                };
+            };
+            /** @description SESSION_NOT_FOUND: Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["SessionNotFoundProblem"];
+                };
+            };
+            /** @description REQUEST_TIMEOUT: Request timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RequestTimeoutProblem"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RateLimitedProblem"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE: Request headers too large */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["HeadersTooLargeProblem"];
+                };
+            };
+            /** @description INTERNAL: Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InternalProblem"];
+                };
+            };
+            /** @description NOT_READY: Not ready; STORAGE_UNAVAILABLE: Storage unavailable; SESSION_CORRUPT: Session corrupt */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ReadLog503Problem"];
+                };
+            };
+        };
+    };
+    interrupt_turn: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description makes a retry safe: the same request with the same key within 24 hours gets the first answer */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description the session id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["InterruptRequest"];
+            };
+        };
+        responses: {
+            /** @description stored */
+            201: {
+                headers: {
+                    /** @description true when this is the kept answer of an earlier request with the same Idempotency-Key */
+                    "Idempotent-Replayed"?: "true";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppendResponse"];
+                };
+            };
+            /** @description INVALID_REQUEST: Invalid request (a Host this service does not serve: without keys it serves only this machine) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InvalidRequestProblem"];
+                };
+            };
+            /** @description UNAUTHENTICATED: Unauthenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnauthenticatedProblem"];
+                };
+            };
+            /** @description FORBIDDEN: Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ForbiddenProblem"];
+                };
+            };
+            /** @description SESSION_NOT_FOUND: Session not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["SessionNotFoundProblem"];
+                };
+            };
+            /** @description REQUEST_TIMEOUT: Request timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["RequestTimeoutProblem"];
+                };
+            };
+            /** @description SESSION_NOT_LIVE: Not the live session instance; NOT_IN_TURN: No turn is open; SEQ_CONFLICT: Sequence conflict; IDEMPOTENCY_KEY_IN_PROGRESS: Idempotency key in progress */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InterruptTurn409Problem"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE: Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["PayloadTooLargeProblem"];
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnsupportedMediaTypeProblem"];
+                };
+            };
+            /** @description INVALID_EVENT: Invalid event; INVALID_REQUEST: Invalid request; IDEMPOTENCY_KEY_REUSED: Idempotency key reused */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InterruptTurn422Problem"];
+                };
+            };
+            /** @description QUOTA_EXCEEDED: Quota exceeded; RATE_LIMITED: Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InterruptTurn429Problem"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE: Request headers too large */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["HeadersTooLargeProblem"];
+                };
+            };
+            /** @description INTERNAL: Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InternalProblem"];
+                };
+            };
+            /** @description NOT_READY: Not ready; STORAGE_UNAVAILABLE: Storage unavailable; SESSION_CORRUPT: Session corrupt */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["InterruptTurn503Problem"];
                 };
             };
         };

@@ -24,6 +24,8 @@ export type Lineage = Schemas["Lineage"];
 export type Snapshot = Schemas["SnapshotOut"];
 export type CreateMeta = Schemas["CreateMeta"];
 export type SnapshotMeta = Schemas["SnapshotMeta"];
+/** DSH's `sessionStats` fold of a session's whole log (spec 17), a Session's `stats`. */
+export type SessionStats = Schemas["SessionStats"];
 
 export interface ForklogOptions {
   /** Where the service is: `http://127.0.0.1:8000`. */
@@ -53,11 +55,26 @@ export interface ListOptions {
   cwd?: string;
   origin?: string;
   agentPreset?: string;
+  /** `false` (the server's default: archived sessions are left out), `true` (only those) or `"any"`. */
+  archived?: boolean | "any";
   /** Sessions asked for per request (the server's `limit`); 100 by default. */
   pageSize?: number;
 }
 
 export interface AppendOptions {
+  expectedSeq?: number;
+  instance?: string;
+  idempotencyKey?: string;
+}
+
+/** What `update` changes: `archived` hides the session from lists and searches (or shows it again). */
+export interface UpdateOptions {
+  archived: boolean;
+  expectedSeq?: number;
+  instance?: string;
+}
+
+export interface InterruptOptions {
   expectedSeq?: number;
   instance?: string;
   idempotencyKey?: string;
@@ -77,6 +94,11 @@ export interface TailOptions {
 
 export interface HistoryOptions {
   atSeq?: number;
+}
+
+/** `log`'s encoding: raw JSONL (`none`, the default) or DSH's `.jsonl.zstd` (`zstd`). */
+export interface LogOptions {
+  compression?: "none" | "zstd";
 }
 
 export interface SnapshotOptions {

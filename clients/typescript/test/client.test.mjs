@@ -9,6 +9,7 @@ import {
   Forklog,
   ForklogError,
   NotAtTurnBoundaryError,
+  NotInTurnError,
   RateLimitedError,
   SeqConflictError,
   SessionNotFoundError,
@@ -201,6 +202,46 @@ test("the newer list and fork parameters are sent by their wire names", async ()
   assert.deepEqual(JSON.parse(atMessage.body), { atMessageId: "a1" });
 });
 
+test("update archives and unarchives, and list's archived filter follows it", async () => {
+  const forklog = client(SERVER);
+  for (const id of ["ts-arch-a", "ts-arch-b"]) await forklog.sessions.create({ id, meta: { cwd: "/ts-archive" } });
+  const listed = async (options = {}) => {
+    const ids = [];
+    for await (const session of forklog.sessions.list({ cwd: "/ts-archive", ...options })) ids.push(session.id);
+    return ids;
+  };
+
+  const archived = await forklog.sessions.update("ts-arch-b", { archived: true });
+  const shown = [await listed(), await listed({ archived: true }), await listed({ archived: "any" })];
+  const stale = await forklog.sessions.update("ts-arch-a", { archived: true, expectedSeq: 5 }).catch((e) => e);
+  const back = await forklog.sessions.update("ts-arch-b", { archived: false, instance: archived.instance });
+
+  assert.equal(archived.archived, true);
+  assert.deepEqual(shown, [["ts-arch-a"], ["ts-arch-b"], ["ts-arch-a", "ts-arch-b"]]);
+  assert.ok(stale instanceof SeqConflictError);
+  assert.equal(back.archived, false);
+  assert.deepEqual(await listed(), ["ts-arch-a", "ts-arch-b"]);
+});
+
+test("interrupt closes an open turn, answers as an append, and NotInTurnError without one", async () => {
+  const forklog = client(PROXY);
+  await plan([{ kind: "after_answer", path: "/interrupt$", method: "POST", times: 1 }]); // its answer is lost once
+  await forklog.sessions.create({ id: "ts-interrupt" });
+  await forklog.sessions.append("ts-interrupt", turn(1).slice(0, 3)); // turn 1 open, inside step 1
+
+  const closed = await forklog.sessions.interrupt("ts-interrupt", { expectedSeq: 3 });
+  const again = await forklog.sessions.interrupt("ts-interrupt").catch((e) => e);
+
+  assert.deepEqual(closed.events.map((event) => event.type), ["step/end", "turn/end"]);
+  assert.deepEqual(closed.events.at(-1).data.reason, { kind: "interrupted" });
+  assert.deepEqual(await storedSeqs("ts-interrupt"), [0, 1, 2, 3, 4]); // once, whatever the proxy lost
+  assert.equal(closed.session.openTurn, null);
+  assert.equal(typeof closed.session.stats.turns, "number");
+  assert.deepEqual([closed.session.usage, closed.session.ownUsage], [{}, {}]);
+  assert.ok(again instanceof NotInTurnError && again instanceof ForklogError);
+  assert.deepEqual([again.status, again.code, again.problem.lastTurnEndSeq], [409, "NOT_IN_TURN", 4]);
+});
+
 test("a tail sees every event once and in order across drops and ends with its session", async () => {
   await direct("/sessions", { id: "ts-tail" });
   await direct("/sessions/ts-tail/events", { events: [0, 1, 2, 3, 4].map(note) });
@@ -316,4 +357,20 @@ test("random drops change nothing twice and miss nothing", async () => {
   assert.equal((await storedSeqs("ts-random-4")).length, 27);
   assert.deepEqual((await sessionIds("ts-random")).sort(), [1, 2, 3, 4].map((n) => `ts-random-${n}`));
   assert.ok((await faultsSince(mark)).length >= 5);
+});
+
+test("log reads the session as its DSH file, raw or zstd", async () => {
+  const forklog = client(SERVER);
+  await forklog.sessions.create({ id: "ts-log", meta: { cwd: "/work" } });
+  await forklog.sessions.append("ts-log", turn(1));
+
+  const raw = new TextDecoder().decode(await forklog.sessions.log("ts-log"));
+  const compressed = await forklog.sessions.log("ts-log", { compression: "zstd" });
+
+  const [header, ...lines] = raw.trimEnd().split("\n");
+  assert.deepEqual([JSON.parse(header).type, JSON.parse(header).id, JSON.parse(header).cwd], ["session", "ts-log", "/work"]);
+  assert.deepEqual(lines.map((line) => JSON.parse(line).seq), turn(1).map((_, seq) => seq));
+  assert.ok(compressed instanceof Uint8Array);
+  assert.deepEqual([...compressed.subarray(0, 4)], [0x28, 0xb5, 0x2f, 0xfd]);
+  await assert.rejects(forklog.sessions.log("ts-nobody"), SessionNotFoundError);
 });

@@ -38,7 +38,9 @@ class FileStore:
         checkpoint_interval: float | None = None,
         **options: Any,
     ) -> None:
-        # No background checkpoints unless asked: a test writes them when it means to (close, checkpoint()).
+        # No background checkpoints unless asked: a test writes them when it means to (close, checkpoint()). These
+        # tests look at the raw format's files and bytes: the zstd encoding's own are tests/backends/files/zstd/.
+        options.setdefault("compression", "none")
         self.backend = FileBackend(
             path, clock=wall_clock_ms, ops=ops, sync=sync, checkpoint_interval=checkpoint_interval, **options
         )

@@ -252,3 +252,45 @@ def test_a_refused_journal_write_changes_nothing_but_the_next_start_s_work(
         assert observe(again, "s") == expected
 
     asyncio.run(scenario())
+
+
+def test_a_checkpoint_without_the_figures_is_not_trusted_the_log_is_folded_again(
+    data_dir: Path, open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records a forklog before spec 17 wrote (states and turn/end points without stats) survive a start: the
+    sessions they describe are checked and folded from their files instead, with the same figures."""
+    from app.domain.log_state import LogState
+    from app.domain.staging import Checkpoint
+    from tests.events import agent_step, agent_turn, turn_start, user_message
+
+    new_state_columns, new_point_columns = LogState.columns, Checkpoint.columns
+
+    async def scenario() -> None:
+        monkeypatch.setattr(LogState, "columns", lambda self: new_state_columns(self)[:13])
+        monkeypatch.setattr(Checkpoint, "columns", lambda self: new_point_columns(self)[:3])
+        store = await open_store(data_dir)
+        await store.create("s", [], {"seedLength": 0})
+        await store.append("s", [*agent_turn(1), *agent_turn(2, steps=3)])
+        await store.append("s", [turn_start(3), user_message("more"), *agent_step(3, 1, calls=2, answered=1)])
+        await store.create("small", b.turns(1, 1), None)
+        await store.fork("s", child_id="child", at_seq=store.get("s").view().head.last_turn_end_seq)
+        expected = {session_id: store.get(session_id).view().head for session_id in ("s", "small", "child")}
+        assert expected["s"].stats.steps == 7 and expected["s"].stats.usage
+        await store.close()
+        assert journal(data_dir).is_file()
+        monkeypatch.setattr(LogState, "columns", new_state_columns)
+        monkeypatch.setattr(Checkpoint, "columns", new_point_columns)
+
+        again = await open_store(data_dir)
+        report = again.backend.recovery
+        assert report.checked_events == report.events  # nothing resumed from the old records
+        for session_id, head in expected.items():
+            assert again.get(session_id).view().head == head
+        assert again.get("s").view().head.stats.columns() == expected["s"].stats.columns()
+        # The next records carry the figures: a start after them resumes without checking again.
+        await again.close()
+        third = await open_store(data_dir)
+        assert third.backend.recovery.checked_events == 0
+        assert third.get("s").view().head == expected["s"]
+
+    asyncio.run(scenario())

@@ -242,7 +242,7 @@ def test_an_id_that_is_not_valid_never_reaches_the_file_system(
     asyncio.run(run())
     search_index = data_dir / "search"  # the search index's own files, named by forklog alone
     written = [path for path in data_dir.parent.rglob("*") if path.is_file() and search_index not in path.parents]
-    assert sorted(path.name for path in written) == ["forklog.lock", "source.jsonl"]
+    assert sorted(path.name for path in written) == ["forklog.lock", "format.json", "source.jsonl"]
 
 
 # -- DSH logs ----------------------------------------------------------------------------------------------------------
@@ -645,7 +645,7 @@ def test_a_corrupt_log_with_a_torn_tail_is_not_truncated(data_dir: Path, open_st
 
 
 def owner(data_dir: Path) -> FileBackend:
-    return FileBackend(data_dir, clock=wall_clock_ms)
+    return FileBackend(data_dir, clock=wall_clock_ms, compression="none")
 
 
 def test_a_second_owner_of_the_same_directory_is_refused(data_dir: Path) -> None:

@@ -32,7 +32,9 @@ async def _fork_with_events(backend: FileBackend) -> None:
 
 async def test_a_crash_before_the_child_is_linked_leaves_no_child(tmp_path: Path) -> None:
     ops = FaultyFileOps()
-    backend = FileBackend(tmp_path, clock=wall_clock_ms, sync=False, ops=ops, checkpoint_interval=None)
+    backend = FileBackend(
+        tmp_path, clock=wall_clock_ms, sync=False, ops=ops, checkpoint_interval=None, compression="none"
+    )
     await backend.open()
     log = seed_log(turn(1), now=NOW)
     await backend.create(SessionKey("default", "src"), new_instance(), {}, SeedLog(log))
@@ -49,7 +51,7 @@ async def test_a_crash_before_the_child_is_linked_leaves_no_child(tmp_path: Path
     assert len(seen["lines"]) == 1 + 8 + 8 and b"edited 2" in seen["lines"][10]
     await backend.close(checkpoint=False)
 
-    reopened = FileBackend(tmp_path, clock=wall_clock_ms, sync=False, checkpoint_interval=None)
+    reopened = FileBackend(tmp_path, clock=wall_clock_ms, sync=False, checkpoint_interval=None, compression="none")
     await reopened.open()
     try:
         assert await reopened.find(SessionKey("default", "kid")) is None

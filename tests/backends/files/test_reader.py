@@ -120,7 +120,7 @@ def test_it_refuses_what_holds_no_store_and_a_directory_a_service_owns(tmp_path:
     assert not (tmp_path / "missing").exists() and list((tmp_path / "empty").iterdir()) == []
 
     owned = tmp_path / "owned"
-    service = FileBackend(owned, clock=wall_clock_ms, sync=False)
+    service = FileBackend(owned, clock=wall_clock_ms, sync=False, compression="none")
     try:
         reader = FileReader(owned, clock=wall_clock_ms)
         reader.verify()  # verify may run beside a service

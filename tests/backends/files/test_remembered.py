@@ -27,7 +27,7 @@ def note(text: str) -> dict[str, Any]:
 
 
 def client_on(data_dir: Path, ops: FaultyFileOps) -> TestClient:
-    return serve(data_dir, FileBackend(data_dir, clock=wall_clock_ms, ops=ops, sync=True))
+    return serve(data_dir, FileBackend(data_dir, clock=wall_clock_ms, ops=ops, sync=True, compression="none"))
 
 
 def serve(data_dir: Path, backend: FileBackend) -> TestClient:
@@ -172,7 +172,7 @@ def sweep_during(ops: FaultyFileOps, call: str, backend: FileBackend, expired_be
 
 def test_a_create_in_flight_while_the_sweep_rewrites_the_records_replays_its_own_answer(data_dir: Path) -> None:
     ops = FaultyFileOps()
-    backend = FileBackend(data_dir, clock=wall_clock_ms, ops=ops, sync=True)
+    backend = FileBackend(data_dir, clock=wall_clock_ms, ops=ops, sync=True, compression="none")
     client = serve(data_dir, backend)
     sweep_during(ops, "link", backend, expired_record(client, backend))  # a create links its file in place
     first = client.post("/sessions", json={"id": "s"}, headers=KEY)
@@ -187,7 +187,7 @@ def test_a_create_in_flight_while_the_sweep_rewrites_the_records_replays_its_own
 
 def test_an_append_in_flight_while_the_sweep_rewrites_the_records_replays_its_own_answer(data_dir: Path) -> None:
     ops = FaultyFileOps()
-    backend = FileBackend(data_dir, clock=wall_clock_ms, ops=ops, sync=True)
+    backend = FileBackend(data_dir, clock=wall_clock_ms, ops=ops, sync=True, compression="none")
     client = serve(data_dir, backend)
     client.post("/sessions", json={"id": "s"})
     session_file = str(data_dir / "sessions" / "s.jsonl")
@@ -205,7 +205,7 @@ def test_an_append_in_flight_while_the_sweep_rewrites_the_records_replays_its_ow
 
 def test_a_sweep_that_folds_a_deletion_note_keeps_the_answers_of_changes_in_flight(data_dir: Path) -> None:
     ops = FaultyFileOps()
-    backend = FileBackend(data_dir, clock=wall_clock_ms, ops=ops, sync=True)
+    backend = FileBackend(data_dir, clock=wall_clock_ms, ops=ops, sync=True, compression="none")
     client = serve(data_dir, backend)
     sweep_at = expired_record(client, backend)
     gone = client.post("/sessions", json={"id": "gone"}, headers={"Idempotency-Key": "gone"})

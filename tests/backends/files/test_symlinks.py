@@ -94,7 +94,7 @@ def test_a_start_refuses_a_folder_that_is_a_symlink(data_dir: Path, canary: Path
     (data_dir / folder).symlink_to(canary, target_is_directory=True)
     before = fingerprint(canary)
     with pytest.raises(UnsafeDataDir) as refused:
-        FileBackend(data_dir, clock=wall_clock_ms)
+        FileBackend(data_dir, clock=wall_clock_ms, compression="none")
     assert str(data_dir / folder) in str(refused.value)
     assert "symbolic link" in str(refused.value)
     assert fingerprint(canary) == before
@@ -105,7 +105,7 @@ def test_a_start_refuses_a_folder_that_is_a_file(data_dir: Path, folder: str) ->
     data_dir.mkdir()
     (data_dir / folder).write_text("not a folder")
     with pytest.raises(UnsafeDataDir) as refused:
-        FileBackend(data_dir, clock=wall_clock_ms)
+        FileBackend(data_dir, clock=wall_clock_ms, compression="none")
     assert str(data_dir / folder) in str(refused.value)
     assert (data_dir / folder).read_text() == "not a folder"
 
@@ -115,7 +115,7 @@ def test_a_start_refuses_a_lock_file_that_is_a_symlink(data_dir: Path, canary: P
     (data_dir / "forklog.lock").symlink_to(canary / "secret.jsonl")
     before = fingerprint(canary)
     with pytest.raises(UnsafeDataDir) as refused:
-        FileBackend(data_dir, clock=wall_clock_ms)
+        FileBackend(data_dir, clock=wall_clock_ms, compression="none")
     assert "forklog.lock" in str(refused.value)
     assert fingerprint(canary) == before
 

@@ -21,14 +21,15 @@ from app.api.settings import Settings
 from app.backends.postgres import PostgresBackend, state_fill
 from app.backends.postgres.chains import ChainCache
 from app.backends.postgres.pool import Connection
-from app.backends.postgres.schema import SCHEMA_VERSION
+from app.backends.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 from app.domain.clock import wall_clock_ms
 from app.domain.session import DEFAULT_TENANT, SessionKey
 from tests.api.helpers import append, assert_problem, create, fork, get_session, wait_ready
+from tests.backends.postgres.layout import PACKED_VERSION, unpack_everything
 from tests.events import question_and_answer
 from tests.support.postgres import PostgresCluster
 
-SIDEBAR = ("title", "preview", "bytes", "updatedAt", "eventCount", "lastTurnEndSeq")
+SIDEBAR = ("title", "preview", "bytes", "updatedAt", "eventCount", "lastTurnEndSeq", "stats", "usage", "ownUsage")
 
 
 def title(text: str) -> dict[str, Any]:
@@ -51,7 +52,22 @@ ADDED_BY_VERSION = {
     6: "DROP TABLE forklog_state_fill",
     7: "SELECT 1",  # search's rows emptied: nothing to undo (an older version's rows are refilled anyway)
     8: "ALTER TABLE forklog_sessions DROP COLUMN changed_at",
+    # spec 17's figures (found by name: the lead renumbers migrations that land together)
+    next(
+        number for number, sql in enumerate(MIGRATIONS, 1) if "forklog_stats_fill" in sql
+    ): "DROP TABLE forklog_stats_fill",
 }
+# Spec 17's migrations (the stats' fill list, archive's column), by their places, wherever the branches put them.
+ADDED_BY_VERSION.update(
+    {
+        next(number for number, text in enumerate(MIGRATIONS, 1) if "forklog_stats_fill" in text): (
+            "DROP TABLE forklog_stats_fill"
+        ),
+        next(number for number, text in enumerate(MIGRATIONS, 1) if "COLUMN IF NOT EXISTS archived" in text): (
+            "ALTER TABLE forklog_sessions DROP COLUMN archived"
+        ),
+    }
+)
 
 
 async def as_version_left_it(url: str, version: int) -> None:
@@ -70,7 +86,10 @@ async def as_version_left_it(url: str, version: int) -> None:
                     "UPDATE forklog_turn_ends SET checkpoint = $3 WHERE log = $1 AND seq = $2", log, seq, old
                 )
             for added in range(SCHEMA_VERSION, version, -1):
-                await conn.execute(ADDED_BY_VERSION[added])
+                if added == PACKED_VERSION:
+                    await unpack_everything(conn)  # every event back in a row of its own
+                else:
+                    await conn.execute(ADDED_BY_VERSION[added])
             await conn.execute("UPDATE forklog_schema SET version = $1", version)
     finally:
         await conn.close()

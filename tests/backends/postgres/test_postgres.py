@@ -22,6 +22,7 @@ from app.domain.ids import new_instance
 from app.domain.log import seed_log
 from app.domain.session import DEFAULT_TENANT, SessionKey
 from app.domain.staging_rules import stage
+from tests.backends.postgres.layout import STORED_EVENTS, stored_text
 from tests.backends.test_contract import NOW, turn
 from tests.support.postgres import PostgresCluster, PostgresServer, fresh_database_name
 
@@ -126,8 +127,11 @@ async def test_events_are_stored_as_their_exact_text(forklog_db: str, opened: li
     backend = await open_on(forklog_db, opened)
     log = seed_log(turn(1), now=NOW)
     await backend.create(key("s"), new_instance(), {}, SeedLog(log))
-    stored = await scalar(forklog_db, "SELECT string_agg(line, E'\\n' ORDER BY seq) FROM forklog_events")
-    assert stored.encode() + b"\n" == log.lines()
+    conn = await asyncpg.connect(forklog_db)
+    try:
+        assert await stored_text(conn) == log.lines()
+    finally:
+        await conn.close()
     assert await scalar(forklog_db, "SELECT data_type FROM information_schema.columns WHERE column_name = 'line'") == (
         "text"
     )
@@ -142,11 +146,11 @@ async def test_a_fork_inserts_no_event_rows_and_reads_through_its_chain(
     backend = await open_on(forklog_db, opened)
     events = [event for number in range(1, 101) for event in turn(number)]
     await backend.create(key("src"), new_instance(), {}, SeedLog(seed_log(events, now=NOW)))
-    rows = await scalar(forklog_db, "SELECT count(*) FROM forklog_events")
+    rows = await scalar(forklog_db, STORED_EVENTS)
     await fork(backend, "src", "kid", 400)
     await fork(backend, "kid", "grandkid", 200)
     await fork(backend, "src", "late", 800)
-    assert await scalar(forklog_db, "SELECT count(*) FROM forklog_events") == rows == 800
+    assert await scalar(forklog_db, STORED_EVENTS) == rows == 800
     whole = await backend.read(key("src"), 0, 800)
     assert await backend.read(key("grandkid"), 0, 1000) == b"".join(whole.splitlines(keepends=True)[:200])
     assert await backend.history(key("grandkid"), None) == await backend.history(key("src"), 199)
@@ -248,6 +252,8 @@ async def test_a_version_1_database_starts_each_tenants_clock_at_its_largest_cre
     await scalar(forklog_db, "DROP TABLE forklog_search")  # and 5's
     await scalar(forklog_db, "DROP TABLE forklog_state_fill")  # and 6's
     await scalar(forklog_db, "ALTER TABLE forklog_sessions DROP COLUMN changed_at")  # and 8's
+    await scalar(forklog_db, "DROP TABLE forklog_stats_fill")  # and the stats' (spec 17)
+    await scalar(forklog_db, "ALTER TABLE forklog_sessions DROP COLUMN archived")  # and archive's
     await scalar(forklog_db, "UPDATE forklog_schema SET version = 1")
     backend = await open_stopped(forklog_db, opened)
     assert await scalar(forklog_db, "SELECT version FROM forklog_schema") == SCHEMA_VERSION
@@ -273,6 +279,8 @@ async def test_a_version_6_database_counts_each_sessions_last_change_from_its_ac
     await backend.close()
     opened.clear()
     await scalar(forklog_db, "ALTER TABLE forklog_sessions DROP COLUMN changed_at")  # what version 7 left
+    await scalar(forklog_db, "DROP TABLE forklog_stats_fill")  # (spec 17's migrations come after it)
+    await scalar(forklog_db, "ALTER TABLE forklog_sessions DROP COLUMN archived")
     await scalar(forklog_db, "UPDATE forklog_schema SET version = 7")
     upgraded_at = wall_clock_ms()
 

@@ -8,6 +8,7 @@ from typing import Any
 from app.backends.base import Backend, SeedLog, SeedPrefix
 from app.backends.files import FileBackend
 from app.domain.clock import wall_clock_ms
+from app.domain.dsh_frames import decode_log
 from app.domain.ids import new_instance
 from app.domain.log import seed_log
 from app.domain.session import SessionKey
@@ -21,9 +22,10 @@ async def put(backend: Backend, key: SessionKey, events: list[Any], **lineage: A
     await backend.create(key, new_instance(), lineage, SeedLog(seed_log(events, now=1)))
 
 
-async def fill(data_dir: Path) -> None:
-    """The sessions ``NAMES`` of each tenant of ``TENANTS`` in a data directory."""
-    backend = FileBackend(data_dir, clock=wall_clock_ms, sync=False)
+async def fill(data_dir: Path, compression: str = "none") -> None:
+    """The sessions ``NAMES`` of each tenant of ``TENANTS`` in a data directory (raw .jsonl files by default: the
+    tests read their lines)."""
+    backend = FileBackend(data_dir, clock=wall_clock_ms, sync=False, compression=compression)
     await backend.open()
     try:
         for tenant in TENANTS:
@@ -40,9 +42,15 @@ async def fill(data_dir: Path) -> None:
 
 
 def session_files(data_dir: Path) -> dict[str, bytes]:
-    """Every session file of ``data_dir`` by its path there, and its bytes."""
+    """Every session file of ``data_dir`` by its path there, and its bytes: a compressed one (``.jsonl.zstd``) by
+    the path and the bytes its raw form would have (the encodings hold the same lines)."""
     return {
-        str(path.relative_to(data_dir)): path.read_bytes()
-        for path in sorted(data_dir.rglob("*.jsonl"))
+        str(path.relative_to(data_dir)).removesuffix(".zstd"): _raw(path)
+        for path in sorted([*data_dir.rglob("*.jsonl"), *data_dir.rglob("*.jsonl.zstd")])
         if "sessions" in path.parts
     }
+
+
+def _raw(path: Path) -> bytes:
+    data = path.read_bytes()
+    return decode_log(data) if path.name.endswith(".zstd") else data

@@ -13,6 +13,7 @@ import pytest
 
 from app.backends.memory import MemoryBackend
 from app.domain.clock import wall_clock_ms
+from app.domain.dsh_frames import decode_log
 from app.domain.session import Session, SessionKey
 from app.service.errors import TransferFailed
 from app.service.transfer.copy import copy_sessions, copy_store
@@ -25,7 +26,9 @@ def test_a_copy_between_data_directories_keeps_every_session_file_byte_for_byte(
     asyncio.run(fill(original))
     seen: list[tuple[int, int]] = []
 
-    report = asyncio.run(copy_store(str(original), str(copied), skip_existing=False, progress=_watching(seen)))
+    report = asyncio.run(
+        copy_store(str(original), str(copied), skip_existing=False, compression="none", progress=_watching(seen))
+    )
 
     assert session_files(copied) == session_files(original)
     assert (report.copied, report.skipped) == (6, 0)
@@ -42,9 +45,35 @@ def test_an_id_taken_in_the_destination_stops_the_copy_before_anything_is_writte
         asyncio.run(copy_store(str(original), str(partial), skip_existing=False))
     assert list(session_files(partial)) == ["sessions/kid.jsonl"]
 
-    report = asyncio.run(copy_store(str(original), str(partial), skip_existing=True))
+    report = asyncio.run(copy_store(str(original), str(partial), skip_existing=True))  # a raw directory stays raw
     assert (report.copied, report.skipped) == (5, 1)
     assert session_files(partial) == session_files(original)
+
+
+def test_a_copy_to_a_new_data_directory_is_zstd_and_back_to_none_gives_the_same_files(tmp_path: Path) -> None:
+    original, compressed, back = tmp_path / "original", tmp_path / "compressed", tmp_path / "back"
+    asyncio.run(fill(original))
+
+    asyncio.run(copy_store(str(original), str(compressed), skip_existing=False))
+    asyncio.run(copy_store(str(compressed), str(back), skip_existing=False, compression="none"))
+
+    assert not session_files(compressed)
+    files = {str(path.relative_to(compressed)): path for path in compressed.rglob("*.jsonl.zstd")}
+    assert {name.removesuffix(".zstd"): decode_log(path.read_bytes()) for name, path in files.items()} == (
+        session_files(original)
+    )
+    assert session_files(back) == session_files(original)
+
+
+def test_a_database_as_destination_takes_no_compression(tmp_path: Path) -> None:
+    asyncio.run(fill(tmp_path / "original"))
+    with pytest.raises(TransferFailed, match="--compression is the encoding of a data directory"):
+        asyncio.run(
+            copy_store(
+                str(tmp_path / "original"), "postgresql://u@localhost/x", skip_existing=False, compression="zstd"
+            )
+        )
+    assert not (tmp_path / "x").exists()
 
 
 def test_the_same_store_twice_or_a_foreign_url_is_refused_before_any_store_is_touched(tmp_path: Path) -> None:

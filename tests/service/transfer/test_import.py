@@ -32,7 +32,7 @@ def test_an_import_keeps_the_lineage_and_gives_a_new_instance(tmp_path: Path) ->
     data = (tmp_path / "from" / "sessions" / "kid.jsonl").read_bytes()
     header, log = read_log(data, "renamed")
 
-    session = asyncio.run(import_session(StoreSettings(tmp_path / "to"), "team", header, log))
+    session = asyncio.run(import_session(StoreSettings(tmp_path / "to", compression="none"), "team", header, log))
 
     kept = (tmp_path / "to" / "tenants" / "team" / "sessions" / "renamed.jsonl").read_bytes()
     assert kept.split(b"\n", 1)[1] == data.split(b"\n", 1)[1]  # the same event lines

@@ -135,6 +135,11 @@ class AppendWriter:
         if self._rounds is not None:
             self._rounds.prepare()
 
+    def is_clean(self, path: Path) -> bool:
+        """Whether nothing refused may be left in the file at ``path`` (no cut is owed to it, no thread writes it)."""
+        with self._lock:
+            return path not in self._unclean and path not in self._threads
+
     def forget(self, path: Path) -> None:
         """The file at ``path`` is about to be, or was, removed or made anew: nothing is left to cut from it, and
         the next append to it opens it again. Called before anything may append to the new file."""

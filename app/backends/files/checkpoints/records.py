@@ -30,6 +30,7 @@ from app.domain.log import Buffer, SessionLog
 from app.domain.log_state import LogState
 from app.domain.session import LogHead, SessionKey, head_of
 from app.domain.staging import Checkpoint, checkpoint
+from app.domain.stats import stats_of_columns
 
 __all__ = [
     "BLOCK_BYTES",
@@ -223,7 +224,10 @@ def _described(description: Buffer, count: int) -> tuple[LogState, list[Checkpoi
     """The state and the checkpoints a record's description says (``count`` events)."""
     *columns, points = orjson.loads(description)
     state = LogState.of_columns(columns, count=count)
-    return state, [checkpoint(turn, step, frozenset(calls)) for turn, step, calls in points]
+    # (a point of an older forklog, without the figures, does not unpack: its record is not used)
+    return state, [
+        checkpoint(turn, step, frozenset(calls), stats_of_columns(stats)) for turn, step, calls, stats in points
+    ]
 
 
 def _head(description: Buffer, count: int) -> LogHead:

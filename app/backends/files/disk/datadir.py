@@ -3,8 +3,10 @@
 Layout::
 
     <data-dir>/forklog.lock                  held (flock) by the one process that owns the directory
-    <data-dir>/sessions/<id>.jsonl           the sessions of the tenant "default"
-    <data-dir>/index/                        their index files and cut records
+    <data-dir>/format.json                   the directory's encoding (spec 16: disk/encoding.py)
+    <data-dir>/sessions/<id>.jsonl.zstd      the sessions of the tenant "default" (<id>.jsonl in a ``none`` one)
+    <data-dir>/index/                        their index files and cut records; the journals of every tenant's
+                                             checkpoints, idempotency records and archived sessions
     <data-dir>/tenants/<tenant>/sessions/    the sessions of any other tenant (spec 9)
     <data-dir>/tenants/<tenant>/index/
     <data-dir>/tmp/                          files being created or deleted; emptied at start
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.backends.errors import DataDirLocked, StorageUnavailable, UnsafeDataDir
+from app.backends.files.disk.encoding import Encoding, settle_encoding
 from app.backends.files.disk.fileops import FileKind, FileOps
 from app.domain.ids import ID_PATTERN, check_id
 from app.domain.session import DEFAULT_TENANT, SessionKey
@@ -42,19 +45,30 @@ class Space:
     tenant: str
     sessions: Path
     index: Path
+    suffix: str = LOG_SUFFIX  # of a session's file: the data directory's encoding's
 
     def log_path(self, session_id: str) -> Path:
         # The id rule admits no separator and no leading dot: a checked id never leaves sessions/.
-        return self.sessions / f"{check_id(session_id)}{LOG_SUFFIX}"
+        return self.sessions / f"{check_id(session_id)}{self.suffix}"
 
 
 class DataDir:
     """The folders of one data directory; :meth:`lock` takes it for this process.
 
     With ``create=False`` (a tool that only reads, as ``verify``) nothing is made: a missing folder is only missing.
+    ``compression`` is the encoding asked for (None: the directory's own, zstd for a new one); the one it holds is
+    :attr:`encoding`.
     """
 
-    def __init__(self, root: Path | str, ops: FileOps, *, sync: bool, create: bool = True) -> None:
+    def __init__(
+        self,
+        root: Path | str,
+        ops: FileOps,
+        *,
+        sync: bool,
+        create: bool = True,
+        compression: Encoding | str | None = None,
+    ) -> None:
         self.root = Path(root).absolute()
         self.tmp = self.root / "tmp"
         self.tenants = self.root / "tenants"
@@ -63,7 +77,9 @@ class DataDir:
         self._create = create
         self._spaces: dict[str, Space] = {}
         self._lock_fd = -1
+        wanted = Encoding(compression) if compression is not None else None
         if not create:
+            self.encoding = settle_encoding(self.root, ops, wanted, sync=False, create=False)
             for folder in (self.root, self.root / "sessions", self.tmp, self.root / "index", self.tenants):
                 if ops.kind(folder) != FileKind.MISSING:
                     self._ensure_folder(folder)
@@ -72,6 +88,7 @@ class DataDir:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageUnavailable(f"cannot create the data directory {self.root}: {exc.strerror}") from exc
+        self.encoding = settle_encoding(self.root, ops, wanted, sync=sync, create=True)
         for folder in (self.root / "sessions", self.tmp, self.root / "index"):
             self._ensure_folder(folder)
         if self._ops.kind(self.tenants) != FileKind.MISSING:
@@ -126,10 +143,10 @@ class DataDir:
     def _make_space(self, tenant: str) -> Space:
         """The folders of ``tenant``, made now; errors name the folder (a start shows them to the operator)."""
         if tenant == DEFAULT_TENANT:
-            space = Space(tenant, self.root / "sessions", self.root / "index")
+            space = Space(tenant, self.root / "sessions", self.root / "index", self.encoding.suffix)
         else:
             base = self.tenants / check_id(tenant, "tenant")
-            space = Space(tenant, base / "sessions", base / "index")
+            space = Space(tenant, base / "sessions", base / "index", self.encoding.suffix)
             for folder in (self.tenants, base, space.sessions, space.index):
                 if self._create or self._ops.kind(folder) != FileKind.MISSING:
                     self._ensure_folder(folder)

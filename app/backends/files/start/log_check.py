@@ -33,6 +33,7 @@ from app.domain.log_state import LogState
 from app.domain.session import SessionHeader
 from app.domain.staging import StagedEvents
 from app.domain.staging_rules import stage_stored
+from app.domain.stats import SessionStats
 
 __all__ = ["CorruptLog", "RecoveredLog", "check_log", "parse_header", "recover_log", "salvage_log"]
 
@@ -144,7 +145,7 @@ def recover_log(session_id: str, data: bytes, *, now: int, chain: RecordChain | 
     resumed_events = len(resumed) if resumed is not None else 0
     try:
         if resumed is None:
-            log, mirrored = _recover_events(data, start, SessionLog(), now=now, line_no=1)
+            log, mirrored = _recover_events(data, start, _empty(SessionLog(), header), now=now, line_no=1)
         else:
             log, mirrored = _recover_events(data, start + resumed.byte_size, resumed, now=now, line_no=1 + len(resumed))
     except CorruptLog as exc:
@@ -167,10 +168,16 @@ def check_log(session_id: str, data: bytes, *, now: int) -> tuple[SessionHeader,
     log needs, and whether the log's lines are the file's own bytes (a worker's check: only that record is kept)."""
     header = parse_header(data, session_id)
     try:
-        log, mirrored = _recover_events(data, data.find(b"\n") + 1, CheckedLog(), now=now, line_no=1)
+        log, mirrored = _recover_events(data, data.find(b"\n") + 1, _empty(CheckedLog(), header), now=now, line_no=1)
     except CorruptLog as exc:
         raise CorruptLog(exc.reason, header.created_at) from None
     return header, log, mirrored
+
+
+def _empty(log: Grown, header: SessionHeader) -> Grown:
+    """``log``, empty, set to count its own usage after the header's seed (spec 17)."""
+    log.state.stats = SessionStats(header.seed_length or 0)
+    return log
 
 
 def _recover_events(data: bytes, position: int, log: Grown, *, now: int, line_no: int) -> tuple[Grown, bool]:

@@ -29,10 +29,15 @@ from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 from app.backends.files.checkpoints.records import encode_record
+from app.backends.files.disk.encoding import Encoding
+from app.backends.files.frames.file_text import decode_file
 from app.backends.files.start.log_check import CorruptLog, check_log
+from app.domain.dsh_frames import DamagedFrames
 from app.domain.session import SessionKey
 
 __all__ = ["START_BYTES", "FileTask", "FullChecks", "Verdict", "check_files", "worker_count"]
+
+ZSTD_SUFFIX = Encoding.ZSTD.suffix
 
 # Files adding up to at least this many bytes are checked by worker processes.
 START_BYTES = 48 * 1024 * 1024
@@ -71,6 +76,12 @@ def check_files(tasks: list[FileTask], now: int) -> list[Verdict]:
         except OSError as exc:  # the start read it a moment ago: it checks the file itself
             verdicts.append((None, None, f"unreadable: {exc.strerror}", None))
             continue
+        if path.endswith(ZSTD_SUFFIX):  # the start found its encoding's: a compressed file is checked as its text
+            try:
+                data = decode_file(data).text
+            except DamagedFrames as exc:
+                verdicts.append((None, None, f"damaged zstd frames: {exc}", None))
+                continue
         try:
             header, log, mirrored = check_log(session_id, data, now=now)
         except CorruptLog as exc:

@@ -22,14 +22,19 @@ from pathlib import Path
 from app.backends.base import CorruptEntry
 from app.backends.catalog import LiveSession
 from app.backends.files.appends.cuts import CUT_SUFFIX, CutRecords
+from app.backends.files.archive_journal import JOURNAL_NAME as ARCHIVED_NAME
 from app.backends.files.checkpoints.journal import JOURNAL_NAME, Journal
 from app.backends.files.checkpoints.records import RecordChain, decode_record, read_chains
-from app.backends.files.disk.datadir import LOG_SUFFIX, DataDir, Space
+from app.backends.files.disk.datadir import DataDir, Space
+from app.backends.files.disk.encoding import Encoding
 from app.backends.files.disk.fileops import FileKind, FileOps
+from app.backends.files.frames.file_text import decode_file
+from app.backends.files.frames.index import FrameIndex
 from app.backends.files.idempotency_journal import JOURNAL_NAME as REMEMBERED_NAME
 from app.backends.files.start.log_check import CorruptLog, RecoveredLog, parse_header, recover_log, salvage_log
 from app.backends.files.start.parallel_checks import START_BYTES, FullChecks, Verdict, worker_count
 from app.backends.log_parts import resume_log
+from app.domain.dsh_frames import MAGIC, DamagedFrames, is_zstd
 from app.domain.ids import ID_PATTERN
 from app.domain.session import DEFAULT_TENANT, SessionKey
 
@@ -162,9 +167,9 @@ class Recovery:
         total = 0
         for space, entries in spaces:
             for name, kind in entries:
-                if kind != FileKind.REGULAR or not name.endswith(LOG_SUFFIX):
+                if kind != FileKind.REGULAR or not name.endswith(space.suffix):
                     continue
-                if SessionKey(space.tenant, name[: -len(LOG_SUFFIX)]) in chains:
+                if SessionKey(space.tenant, name[: -len(space.suffix)]) in chains:
                     continue
                 try:
                     total += self._ops.lstat(os.path.join(space.sessions, name)).st_size
@@ -191,12 +196,15 @@ class Recovery:
                 continue
             elif space.tenant == DEFAULT_TENANT and kind == FileKind.REGULAR and name == REMEMBERED_NAME:
                 continue  # the idempotency records: reconciled by the backend once the sessions are loaded
+            elif space.tenant == DEFAULT_TENANT and kind == FileKind.REGULAR and name == ARCHIVED_NAME:
+                continue  # which sessions are archived: applied by the backend once the sessions are loaded
             elif self._repair:  # old index files, a half-written journal, or planted: never read
                 self._remove_quietly(os.path.join(index_folder, name), kind)
         folder = str(space.sessions)
+        names = {name for name, _ in entries}
         for name, kind in entries:
             self._stop_if_asked()
-            size = self._recover_file(space, folder, name, kind, chains, cuts, report)
+            size = self._recover_file(space, folder, name, kind, chains, cuts, report, names)
             report.files += 1
             if progress is not None:
                 progress(size)
@@ -210,12 +218,18 @@ class Recovery:
         chains: dict[SessionKey, RecordChain],
         cuts: set[str],
         report: RecoveryReport,
+        names: set[str],
     ) -> int:
         """Recover one entry of ``sessions/``; return how many bytes it held."""
         path = f"{folder}/{name}"  # a listed name: no separator in it
-        session_id = name[: -len(LOG_SUFFIX)] if name.endswith(LOG_SUFFIX) else name
+        encoding = self._datadir.encoding
+        suffix, other = space.suffix, encoding.other
+        own = name.endswith(suffix)
+        # (".jsonl" ends neither name of the zstd encoding, and ".jsonl.zstd" does not end in ".jsonl")
+        foreign = not own and name.endswith(other.suffix)
+        session_id = name[: -len(suffix)] if own else name[: -len(other.suffix)] if foreign else name
         key = SessionKey(space.tenant, session_id)
-        valid_name = name.endswith(LOG_SUFFIX) and ID_PATTERN.fullmatch(session_id) is not None
+        valid_name = own and ID_PATTERN.fullmatch(session_id) is not None
 
         def corrupt(reason: str, created_at: int | None = None, *, names_session: bool = True) -> None:
             report.corrupt.append(CorruptEntry(session_id, path, reason, space.tenant))
@@ -227,8 +241,16 @@ class Recovery:
             logger.error("%s in %s is %s; it is kept out of service", name, space.sessions, reason)
             corrupt(reason, names_session=valid_name)
             return 0
+        if foreign and ID_PATTERN.fullmatch(session_id) is not None:
+            # A file of the other encoding names the session too, unless the session has its own file.
+            corrupt(
+                f"a {other.suffix} file (the {other.value!r} encoding) in a data directory of the "
+                f"{encoding.value!r} encoding: convert it with forklog copy, or import it",
+                names_session=f"{session_id}{suffix}" not in names,
+            )
+            return 0
         if not valid_name:
-            corrupt("the file name is not <valid id>.jsonl", names_session=False)
+            corrupt(f"the file name is not <valid id>{suffix}", names_session=False)
             return 0
         try:
             data, changed_at = self._read_regular(path)
@@ -245,17 +267,36 @@ class Recovery:
             logger.error("session %s is corrupt and kept out of service: %s", session_id, exc.reason)
             corrupt(exc.reason, exc.created_at)
             return len(data)
+        size = len(data)
+        frames: FrameIndex | None = None
+        torn_at: int | None = None
+        if encoding is Encoding.ZSTD:
+            if data and not (is_zstd(data) or MAGIC.startswith(data)):
+                corrupt(f"holds raw JSONL (the 'none' encoding), not the zstd frames of a {suffix} file")
+                return size
+            try:
+                decoded = decode_file(data)
+            except DamagedFrames as exc:
+                logger.error("session %s is corrupt and kept out of service: %s", session_id, exc)
+                corrupt(f"damaged zstd frames: {exc}")
+                return size
+            data, frames, torn_at = decoded.text, decoded.frames, decoded.torn_at
+            if frames is None:
+                frames = FrameIndex(0)
+        elif is_zstd(data):
+            corrupt(f"holds zstd frames (the 'zstd' encoding), not the raw JSONL of a {suffix} file")
+            return size
         # (looked up, not popped: the chains are freed all at once after the start, so that what a start keeps is
         # not spread over memory the chains held)
         chain = chains.get(key)
-        held = _Held(space, path, key, data, changed_at)
+        held = _Held(space, path, key, data, changed_at, frames, torn_at)
         if self._checks is not None and _checked_whole(data, session_id, chain):
-            task = (space.tenant, session_id, path, len(data))
+            task = (space.tenant, session_id, path, size)
             for earlier, verdict in self._checks.add(task, held):
                 self._settle_checked(earlier, verdict, report)
-            return len(data)
+            return size
         self._check_here(held, chain, report)
-        return len(data)
+        return size
 
     def _check_here(
         self, held: _Held, chain: RecordChain | None, report: RecoveryReport, *, record: bytes | None = None
@@ -314,6 +355,19 @@ class Recovery:
     ) -> None:
         """Keep a recovered session (its torn tail cut away first)."""
         key, path = held.key, held.path
+        if held.torn_at is not None:
+            logger.warning("session %s: dropped a torn final zstd frame at byte %d", key.id, held.torn_at)
+            if self._repair:
+                try:
+                    self._truncate(path, held.torn_at, held.changed_at)
+                except OSError as exc:  # appending after the torn frame would damage the log: keep it out
+                    self._corrupt(
+                        held,
+                        report,
+                        f"a torn final frame could not be cut away: {exc.strerror}",
+                        recovered.header.created_at,
+                    )
+                    return
         if recovered.torn_bytes:
             logger.warning("session %s: dropped a torn last line of %d bytes", key.id, recovered.torn_bytes)
             if self._repair:
@@ -337,7 +391,11 @@ class Recovery:
         live = None
         if self._keep:
             live = LiveSession(
-                key, recovered.header, recovered.log, changed_at=held.changed_at, checkpointed=recovered.checkpointed
+                key,
+                recovered.header,
+                recovered.log,
+                changed_at=held.changed_at,
+                checkpointed=recovered.checkpointed,
             )
             report.sessions.append(live)
         if live is not None and whole and record is not None and self._repair and self._journal is not None:
@@ -449,8 +507,10 @@ class _Held:
     space: Space
     path: str
     key: SessionKey
-    data: bytes
+    data: bytes  # a compressed file's text
     changed_at: int  # epoch ms: the file's mtime when it was read
+    frames: FrameIndex | None = None  # a compressed file's frames
+    torn_at: int | None = None  # where a compressed file's torn final frame starts
 
 
 def _checked_whole(data: bytes, session_id: str, chain: RecordChain | None) -> bool:

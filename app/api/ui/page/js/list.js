@@ -1,6 +1,6 @@
 // The session list: GET /sessions page by page with its cursors, newest first (order=updated: the most recently
 // active first) or in creation order, optionally only the children of one parent, or the answer to a search (q),
-// each match's snippet shown with the word marked.
+// each match's snippet shown with the word marked. Archived sessions are left out unless "Show archived" is on.
 
 import { request } from "./api.js";
 import { formatCount, formatTime, h, replaceChildren, sessionLink, shorten } from "./dom.js";
@@ -9,7 +9,8 @@ import { problemBox } from "./problem.js";
 const SIZES = [25, 50, 100, 200];
 const WORD = /[\p{L}\p{N}]+/gu; // a search's words: runs of letters and digits (spec 12)
 
-/** The list's state in the URL fragment: #/?order=newest&parent=ID&limit=50&q=words (cursors stay in memory). */
+/** The list's state in the URL fragment: #/?order=newest&parent=ID&limit=50&q=words&archived=any (cursors stay in
+ * memory). */
 export function listParams(params) {
   const limit = Number(params.get("limit"));
   return {
@@ -17,13 +18,15 @@ export function listParams(params) {
     parent: params.get("parent") ?? "",
     limit: SIZES.includes(limit) ? limit : 50,
     q: (params.get("q") ?? "").slice(0, 200),
+    archived: params.get("archived") === "any",
   };
 }
 
-const listHref = ({ order, parent, limit, q }) => {
+const listHref = ({ order, parent, limit, q, archived }) => {
   const query = new URLSearchParams({ order, limit: String(limit) });
   if (parent) query.set("parent", parent);
   if (q) query.set("q", q);
+  if (archived) query.set("archived", "any");
   return `#/?${query}`;
 };
 
@@ -58,7 +61,7 @@ export class ListView {
   }
 
   buildFrame() {
-    const { order, parent, limit, q } = this.params;
+    const { order, parent, limit, q, archived } = this.params;
     const orderSelect = h(
       "select",
       { id: "list-order", name: "order" },
@@ -67,6 +70,14 @@ export class ListView {
     );
     const parentInput = h("input", { id: "list-parent", name: "parent", value: parent, placeholder: "any", spellcheck: "false", autocomplete: "off" });
     const sizeSelect = h("select", { id: "list-limit", name: "limit" }, SIZES.map((size) => h("option", { value: size, selected: size === limit }, String(size))));
+    // A toggle: the list follows it at once (the other controls wait for "Show").
+    const archivedBox = h("input", {
+      id: "list-archived",
+      name: "archived",
+      type: "checkbox",
+      checked: archived,
+      onchange: (event) => event.target.form.requestSubmit(),
+    });
     const searchInput = h("input", { id: "list-q", name: "q", type: "search", value: q, placeholder: "words in titles and messages", maxlength: "200", spellcheck: "false", autocomplete: "off" });
     const form = h(
       "form",
@@ -74,7 +85,13 @@ export class ListView {
         class: "list-controls",
         onsubmit: (event) => {
           event.preventDefault();
-          const next = listHref({ order: orderSelect.value, parent: parentInput.value.trim(), limit: Number(sizeSelect.value), q: searchInput.value.trim() });
+          const next = listHref({
+            order: orderSelect.value,
+            parent: parentInput.value.trim(),
+            limit: Number(sizeSelect.value),
+            q: searchInput.value.trim(),
+            archived: archivedBox.checked,
+          });
           if (location.hash === next) this.open(new URLSearchParams(next.slice(3)));
           else location.hash = next.slice(1);
         },
@@ -83,6 +100,7 @@ export class ListView {
       h("div", { class: "field" }, h("label", { for: "list-order" }, "Order"), orderSelect),
       h("div", { class: "field" }, h("label", { for: "list-parent" }, "Children of"), parentInput),
       h("div", { class: "field" }, h("label", { for: "list-limit" }, "Per page"), sizeSelect),
+      h("div", { class: "field checkbox-field" }, archivedBox, h("label", { for: "list-archived" }, "Show archived")),
       h("button", { type: "submit" }, "Show"),
     );
     this.body = h("div", { class: "list-body" });
@@ -108,19 +126,27 @@ export class ListView {
 
   /** One page, by its cursor: newest first is order=updated (the server keeps that order: no page is read twice). */
   async readPage() {
-    const { order, parent, limit, q } = this.params;
-    const query = { limit, cursor: this.cursors[this.page], parent, q: q || null, order: order === "newest" ? "updated" : "created" };
+    const { order, parent, limit, q, archived } = this.params;
+    const query = {
+      limit,
+      cursor: this.cursors[this.page],
+      parent,
+      q: q || null,
+      order: order === "newest" ? "updated" : "created",
+      archived: archived ? "any" : null,
+    };
     const answer = await request("GET", "/sessions", { query });
     this.cursors[this.page + 1] = answer.nextCursor;
     return { items: answer.items, more: answer.nextCursor !== null };
   }
 
   render(items, more) {
-    const { q, order } = this.params;
+    const { q, order, archived } = this.params;
     const named = (session) => {
       const name = session.title ?? session.preview;
       return [
         h("span", { class: name ? "session-name" : "session-name muted" }, name ? shorten(name, 80) : "(untitled)"),
+        session.archived ? [" ", h("span", { class: "archived-badge" }, "Archived")] : null,
         session.match ? h("p", { class: "snippet" }, markedSnippet(session.match.snippet, q)) : null,
       ];
     };
@@ -145,7 +171,7 @@ export class ListView {
       h("button", { type: "button", disabled: !more, onclick: () => this.turnPage(1) }, "Next"),
       h("button", { type: "button", onclick: () => this.open(new URLSearchParams(location.hash.slice(3))) }, "Refresh"),
     );
-    const caption = `${q ? `Matching “${q}”, ` : ""}${order === "newest" ? "most recently active first" : "in creation order"}`;
+    const caption = `${q ? `Matching “${q}”, ` : ""}${order === "newest" ? "most recently active first" : "in creation order"}${archived ? ", archived ones included" : ""}`;
     const table = h(
       "table",
       { class: "sessions" },

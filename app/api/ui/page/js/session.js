@@ -6,6 +6,7 @@ import { ConversationView } from "./conversation.js";
 import { confirmDelete, editDialog, forkDialog } from "./dialogs.js";
 import { formatCount, formatTime, h, replaceChildren, sessionHref, sessionLink } from "./dom.js";
 import { EventsView } from "./events.js";
+import { LifecycleView } from "./lifecycle.js";
 import { LiveState, LiveTail } from "./live.js";
 import { Conversation, LogIndex } from "./model.js";
 import { problemBox } from "./problem.js";
@@ -70,6 +71,11 @@ export class SessionView {
     this.forkButton = h("button", { type: "button", class: "primary", onclick: () => this.forkLatest() }, "Fork…");
     this.deleteButton = h("button", { type: "button", class: "danger", onclick: () => this.remove() }, "Delete…");
     this.actionProblem = h("div", { class: "action-problem" });
+    this.lifecycle = new LifecycleView(this.id, {
+      onChange: (session) => this.changed(session),
+      showProblem: (problem) => replaceChildren(this.actionProblem, problem ? problemBox(problem) : null),
+      notify: this.notify,
+    });
     this.lineageBox = h("section", { class: "lineage", "aria-label": "lineage" });
     this.conversationTab = h("a", { class: "tab", href: sessionHref(this.id) }, "Conversation");
     this.eventsTab = h("a", { class: "tab", href: sessionHref(this.id, "events") }, "Events");
@@ -87,11 +93,12 @@ export class SessionView {
         "header",
         { class: "session-head" },
         this.ancestry,
-        h("div", { class: "title-row" }, this.heading, this.liveBadge, this.reconnect),
+        h("div", { class: "title-row" }, this.heading, this.lifecycle.badge, this.liveBadge, this.reconnect),
         this.liveProblem,
         this.facts,
-        h("div", { class: "actions" }, this.forkButton, this.deleteButton),
+        h("div", { class: "actions" }, this.forkButton, this.lifecycle.interruptButton, this.lifecycle.archiveButton, this.deleteButton),
         this.actionProblem,
+        this.lifecycle.statsBox,
       ),
       this.lineageBox,
       h("nav", { class: "tabs", "aria-label": "views of this session" }, this.conversationTab, this.eventsTab),
@@ -142,6 +149,14 @@ export class SessionView {
     this.forkButton.title = forkable ? "" : "no turn has ended yet: nothing to fork";
     this.deleteButton.disabled = Boolean(this.deleted);
     this.conversationView.setOpenTurn(this.deleted ? null : s.openTurn);
+    this.lifecycle.render(s, { deleted: Boolean(this.deleted) });
+  }
+
+  /** The session as the server answered an archive, an interrupt or a refresh (never behind the live tail). */
+  changed(session) {
+    if (this.deleted || session.eventCount < this.session.eventCount) return;
+    this.session = session;
+    this.renderFacts();
   }
 
   async loadLineage() {
@@ -226,6 +241,7 @@ export class SessionView {
     }
     s.forkable = event.type === "turn/end";
     this.renderFacts();
+    this.lifecycle.eventsArrived();
     this.eventsView.live(event);
     const change = this.conversation.apply(event);
     if (change.reload) {
@@ -328,6 +344,7 @@ export class SessionView {
 
   dispose() {
     this.disposed = true;
+    this.lifecycle?.dispose();
     this.tail?.stop();
     this.unsubscribe?.();
   }

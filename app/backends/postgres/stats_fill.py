@@ -1,0 +1,103 @@
+"""What a forklog older than spec 17 stored without the session's figures, filled from the stored events.
+
+Before spec 17 a session row's ``state`` held 13 columns (no stats, no unanswered calls) and a ``turn/end``'s
+checkpoint 4 (no stats). The stats migration lists the logs that hold such rows in ``forklog_stats_fill``; a start
+folds each listed log's events once (its fork chain included: :func:`~app.domain.stats.fold_stats` and
+:func:`~app.domain.closers.fold_unanswered`, exactly what an append keeps) and writes the missing columns, before the
+backend serves. It runs after :mod:`app.backends.postgres.state_fill` (which brings even older rows to 13 and 4
+columns), in bounded batches: ``FILL_LOGS`` logs a transaction, ``READ_EVENTS`` events a statement. Replicas starting
+together share the list (``SKIP LOCKED``) and each waits until it is empty; a batch leaves the list in the
+transaction that fills it, so a start cut short finds the batches committed so far done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+
+from app.backends.postgres.chains import ChainCache
+from app.backends.postgres.packs import PARTS, assemble
+from app.backends.postgres.pool import Connection
+from app.domain.closers import NO_UNANSWERED, fold_unanswered, unanswered_columns
+from app.domain.stats import SessionStats, fold_stats
+
+__all__ = ["fill_old_stats"]
+
+logger = logging.getLogger("forklog.storage")
+
+OLD_STATE_COLUMNS = 13
+OLD_CHECKPOINT_COLUMNS = 4
+FILL_LOGS = 50
+READ_EVENTS = 20_000
+
+_TAKE = "SELECT log FROM forklog_stats_fill ORDER BY log LIMIT $1 FOR UPDATE SKIP LOCKED"
+_SESSION = "SELECT count, state, seed_length FROM forklog_sessions WHERE log = $1"
+_OLD_CHECKPOINTS = f"""
+SELECT seq, checkpoint FROM forklog_turn_ends
+WHERE log = $1 AND json_array_length(checkpoint::json) = {OLD_CHECKPOINT_COLUMNS} ORDER BY seq
+"""
+
+
+async def fill_old_stats(conn: Connection, chains: ChainCache) -> int:
+    """Fill every listed log (waiting for those another replica fills); how many this call filled. A database with
+    none listed is only read."""
+    filled = 0
+    while await conn.fetchval("SELECT EXISTS (SELECT 1 FROM forklog_stats_fill)"):
+        async with conn.transaction():
+            logs = [row["log"] for row in await conn.fetch(_TAKE, FILL_LOGS)]
+            for log in logs:
+                await _fill(conn, chains, log)
+                await conn.execute("DELETE FROM forklog_stats_fill WHERE log = $1", log)
+        filled += len(logs)
+        if logs:
+            logger.info("filled the stats of %d sessions stored by an older forklog", filled)
+        else:
+            await asyncio.sleep(0.2)  # another replica fills the rest
+    return filled
+
+
+async def _fill(conn: Connection, chains: ChainCache, log: int) -> None:
+    session = await conn.fetchrow(_SESSION, log)
+    state: list[Any] | None = None
+    if session is not None and len(old := orjson.loads(session["state"])) == OLD_STATE_COLUMNS:
+        state = old
+    checkpoints = {seq: orjson.loads(text) for seq, text in await conn.fetch(_OLD_CHECKPOINTS, log)}
+    stop = max(session["count"] if state is not None and session is not None else 0, max(checkpoints, default=-1) + 1)
+    if stop == 0 and state is None:
+        return
+    try:
+        chain = await chains.get(conn, log)
+    except LookupError:
+        return  # reclaimed meanwhile
+    seed_length = session["seed_length"] if session is not None else None
+    stats = SessionStats(seed_length or 0)
+    unanswered = NO_UNANSWERED
+    for start in range(0, stop, READ_EVENTS):
+        end = min(stop, start + READ_EVENTS)
+        # The events as stored: small rows and packs alike (a pack is cut back to the range).
+        body, count = assemble(await conn.fetch(PARTS, *chain.arrays(start, end)), start, end)
+        if count != end - start:
+            logger.warning("log %d: events %d..%d are not all stored; its old rows stay as they are", log, start, end)
+            return
+        for seq, line in enumerate(body.split(b"\n")[:-1], start):
+            event = orjson.loads(line)
+            stats = fold_stats(stats, event)
+            unanswered = fold_unanswered(unanswered, event)
+            if seq in checkpoints:
+                await conn.execute(
+                    "UPDATE forklog_turn_ends SET checkpoint = $3 WHERE log = $1 AND seq = $2",
+                    log,
+                    seq,
+                    orjson.dumps([*checkpoints.pop(seq), stats.columns()]).decode(),
+                )
+    if state is not None and session is not None:
+        columns = [*state, stats.columns(), unanswered_columns(unanswered)]
+        await conn.execute(
+            "UPDATE forklog_sessions SET state = $2 WHERE log = $1 AND state = $3",
+            log,
+            orjson.dumps(columns).decode(),
+            session["state"],
+        )

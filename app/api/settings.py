@@ -8,9 +8,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.backends.database_url import DatabaseTarget, InvalidDatabaseUrl
+from app.backends.database_url import DatabaseTarget, InvalidDatabaseUrl, standby_urls
 from app.backends.open import StoreSettings
-from app.domain.limits import RateLimit, TenantLimits, parse_duration_ms, parse_rate_text
+from app.domain.limits import BadLimit, RateLimit, TenantLimits, parse_duration_ms, parse_rate_text
 
 __all__ = ["LogLevel", "Settings"]
 
@@ -32,6 +32,16 @@ class Settings(BaseSettings):
     )
     database_url: SecretStr | None = Field(
         None, description="a postgresql:// URL: serve from that PostgreSQL database instead of data_dir"
+    )
+    read_database_url: SecretStr | None = Field(
+        None,
+        description="a postgresql:// URL of hot standbys of database_url (host1:5432,host2:5432 for several): they "
+        "serve the reads that have replayed every change acknowledged before them",
+    )
+    read_lag_max: float = Field(
+        1.0,
+        description="how long a read waits for a standby to replay what it must see (seconds, or an ISO 8601 "
+        "duration such as PT0.5S) before it is served by the primary",
     )
     database_direct_url: SecretStr | None = Field(
         None,
@@ -116,11 +126,36 @@ class Settings(BaseSettings):
             parse_duration_ms(value)  # BadLimit is a ValueError: the settings' message names it
         return value
 
+    @field_validator("read_lag_max", mode="before")
+    @classmethod
+    def _parse_read_lag_max(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().upper().startswith("P"):
+            return parse_duration_ms(value.strip().upper()) / 1000  # BadLimit is a ValueError
+        return value
+
+    @field_validator("read_lag_max")
+    @classmethod
+    def _check_read_lag_max(cls, value: float) -> float:
+        if not 0 <= value <= 3600:
+            raise BadLimit("must be from 0 to 3600 seconds")
+        return value
+
+    @field_validator("read_database_url")
+    @classmethod
+    def _check_read_database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            try:
+                standby_urls(value.get_secret_value())
+            except InvalidDatabaseUrl as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
     @property
     def store(self) -> StoreSettings:
         """The store these settings name (:func:`~app.backends.open.open_store` opens it)."""
         place = self.data_dir if self.database_url is None else self.database_url.get_secret_value()
         direct = None if self.database_direct_url is None else self.database_direct_url.get_secret_value()
+        read = self.read_database_url.get_secret_value() if self.read_database_url is not None else None
         return StoreSettings(
             place,
             memory=self.backend == "memory",
@@ -128,6 +163,8 @@ class Settings(BaseSettings):
             direct_url=direct,
             pool_size=self.database_pool_size,
             compression=self.compression,
+            read_place=read,
+            read_lag_max=self.read_lag_max,
         )
 
     @property
@@ -161,6 +198,8 @@ class Settings(BaseSettings):
             raise ValueError(f"backend {self.backend!r} does not use database_url; leave one of them out")
         elif self.database_url is None and self.backend == "postgres":
             raise ValueError("backend 'postgres' needs database_url (FORKLOG_DATABASE_URL)")
+        if self.read_database_url is not None and self.database_url is None:
+            raise ValueError("read_database_url names standbys of database_url (FORKLOG_DATABASE_URL): give it too")
         if self.database_direct_url is not None and self.database_url is None:
             raise ValueError("database_direct_url is used only with database_url (FORKLOG_DATABASE_URL)")
         return self

@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from app.backends.read_routing import without_standby_reads
+
 __all__ = ["BackgroundLoop", "Periodic"]
 
 
@@ -19,7 +21,8 @@ class BackgroundLoop:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=self.task_name)
+            # Started outside any request's standby reads: a loop that a request happens to start reads the primary.
+            self._task = asyncio.create_task(self._run(), name=self.task_name, context=without_standby_reads())
 
     async def stop(self) -> None:
         task, self._task = self._task, None

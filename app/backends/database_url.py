@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from app.domain.errors import ConfigurationError
 
-__all__ = ["DEFAULT_PORT", "DatabaseTarget", "InvalidDatabaseUrl", "redact"]
+__all__ = ["DEFAULT_PORT", "DatabaseTarget", "InvalidDatabaseUrl", "redact", "standby_urls"]
 
 DEFAULT_PORT = 5432
 WRITABLE = ("read-write", "primary")
@@ -75,6 +75,29 @@ def _host(spec: str) -> tuple[str, int]:
     if not port.isdigit() or not 1 <= int(port) <= 65535:
         raise InvalidDatabaseUrl(f"has a port {port!r} that is not a number from 1 to 65535")
     return found["host"].strip("[]"), int(port)
+
+
+def standby_urls(url: str) -> tuple[str, ...]:
+    """The one-host URLs of the hot standbys ``FORKLOG_READ_DATABASE_URL`` names (one host or several, as libpq
+    writes them), in their order; ``target_session_attrs`` is left out (each standby is asked for itself)."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise InvalidDatabaseUrl("must be a postgresql:// URL (postgresql://user:password@standby1:5432/dbname)")
+    try:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError:
+        raise InvalidDatabaseUrl("is not a valid URL (postgresql://user:password@standby1:5432/dbname)") from None
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    specs = hosts.split(",")
+    if len(specs) > 1 and any(not host for host, _ in map(_host, specs)):
+        raise InvalidDatabaseUrl("names an empty host among several (postgresql://u:p@db2:5432,db3:5432/db)")
+    kept = urlencode([(name, value) for name, value in query if name != "target_session_attrs"])
+    found = []
+    for spec in specs:
+        host, port = _host(spec)
+        netloc = f"{userinfo}{at}{f'[{host}]' if ':' in host else host}:{port}"
+        found.append(urlunsplit(parts._replace(netloc=netloc, query=kept)))
+    return tuple(found)
 
 
 def redact(url: str) -> str:

@@ -19,6 +19,10 @@ class StorageObserver:
         """An append round made ``events`` events durable in ``seconds`` (the file backend's write and ``fsync``
         round, shared by every append in it; PostgreSQL's commit of one batch). May be called from any thread."""
 
+    def standby_read(self, server: str) -> None:
+        """A read that a hot standby may serve (spec 6, Read replicas) ran on ``server``: ``standby`` or
+        ``primary`` (no standby had replayed far enough in time, or none answers)."""
+
     def durable_write(self, name: str, events: int) -> AbstractContextManager[object]:
         """Wraps one request's wait for its durable write ``name`` (a child span of the request's trace)."""
         return NO_SPAN

@@ -40,7 +40,9 @@ class StoreSettings:
     disk before it is answered, unless ``fsync`` is off. ``compression`` is the encoding a data directory is asked
     to hold (spec 16: ``zstd`` or ``none``); None takes the directory's own (``zstd`` for a new one). ``direct_url``
     names the same database without the connection pooler that ``place`` may name, for what needs a session of its
-    own (spec 6); ``pool_size`` is how many connections to the database a process keeps at most."""
+    own (spec 6); ``pool_size`` is how many connections to the database a process keeps at most. A database's reads
+    may be served by the hot standbys that ``read_place`` names (a ``postgresql://`` URL), once they replay within
+    ``read_lag_max`` seconds."""
 
     place: Path | str
     memory: bool = False
@@ -48,6 +50,8 @@ class StoreSettings:
     compression: str | None = None
     direct_url: str | None = None
     pool_size: int = 10
+    read_place: str | None = None
+    read_lag_max: float = 1.0
 
     @classmethod
     def at(cls, place: str) -> StoreSettings:
@@ -93,6 +97,8 @@ def open_store(store: StoreSettings, use: OpenFor, *, every_event: bool = False)
             wait=use is OpenFor.SERVE,
             direct_url=store.direct_url,
             pool=PoolSettings(max_size=store.pool_size),
+            read_url=store.read_place,
+            read_lag_max=store.read_lag_max,
         )
     from app.backends.files import FileBackend
 

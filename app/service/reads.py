@@ -11,6 +11,7 @@ from typing import Any
 
 from app.backends.base import Backend
 from app.backends.errors import SessionCorrupt, StaleHead
+from app.backends.read_routing import read_from_now
 from app.domain.errors import ErrorCode, InvalidValue, SessionError, session_not_found
 from app.domain.listing import ListQuery, OrderKey, PageRequest
 from app.domain.search import Match
@@ -131,6 +132,7 @@ class SessionReads:
             if start < count or left <= 0 or self._changes.closed or not allowed():
                 break
             await ticket.wait(left)
+            read_from_now()  # woken by a change: the next look sees it (on a standby, once replayed)
         lines = await self._backend.read(key, start, min(count, start + limit)) if start < count else b""
         return lines, count
 
@@ -202,6 +204,7 @@ class SessionReads:
         # missed, whether the look found events to send or not.
         while True:
             ticket = self._changes.ticket(key)
+            read_from_now()  # each look sees every change it was woken for (on a standby, once replayed)
             try:
                 session = await self._backend.find(key)
             except SessionCorrupt:

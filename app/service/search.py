@@ -27,6 +27,7 @@ import orjson
 from app.backends.background import BackgroundLoop
 from app.backends.base import Backend, each_session
 from app.backends.errors import SessionCorrupt, StorageUnavailable
+from app.backends.read_routing import read_from_now
 from app.backends.search.engine import IndexDamaged, IndexRow, SearchEngine
 from app.backends.search.sqlite_index import SqliteSearchEngine
 from app.domain.listing import PageRequest
@@ -224,6 +225,8 @@ class Searcher(BackgroundLoop):
         # Taken before the index is asked too: a round may index a session and take it off these sets while the
         # query runs on a snapshot that does not hold it yet.
         unsure_before = self._unsure(tenant)
+        # What the index held when those were taken (a round may have taken a session off them since its write).
+        read_from_now()
         try:
             found = await self._index.candidates(tenant, wanted.words)
         except IndexDamaged as exc:

@@ -6,7 +6,7 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from app.api.settings import Settings
-from app.backends.database_url import DatabaseTarget, InvalidDatabaseUrl, redact
+from app.backends.database_url import DatabaseTarget, InvalidDatabaseUrl, redact, standby_urls
 
 MULTI = "postgresql://forklog:s3cret@db1:5432,db2:5433/forklog?target_session_attrs=read-write"
 
@@ -54,3 +54,45 @@ def test_redact_hides_the_password_of_a_multi_host_url_and_keeps_every_host() ->
 
     assert "s3cret" not in shown
     assert shown == "postgresql://forklog:***@db1:5432,db2:5433/forklog?target_session_attrs=read-write"
+
+
+# -- FORKLOG_READ_DATABASE_URL (spec 6, Read replicas) ----------------------------------------------------------------
+
+READ = "postgresql://reader:s3cret@standby1:5432,[::1]/forklog?target_session_attrs=standby&sslmode=disable"
+
+
+def test_a_read_url_names_each_standby_as_a_url_of_its_own() -> None:
+    assert standby_urls(READ) == (
+        "postgresql://reader:s3cret@standby1:5432/forklog?sslmode=disable",
+        "postgresql://reader:s3cret@[::1]:5432/forklog?sslmode=disable",
+    )
+
+
+def test_the_settings_hand_the_read_url_and_the_lag_allowed_to_the_store() -> None:
+    settings = Settings(database_url=SecretStr(MULTI), read_database_url=SecretStr(READ), read_lag_max="PT0.25S")
+
+    assert (settings.store.read_place, settings.store.read_lag_max) == (READ, 0.25)
+    assert Settings(database_url=SecretStr(MULTI)).store.read_lag_max == 1.0  # the default: 1 s
+    assert Settings(database_url=SecretStr(MULTI), read_lag_max="2.5").read_lag_max == 2.5  # seconds
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ({"read_database_url": SecretStr("mysql://standby/forklog")}, "postgresql://"),
+        ({"read_database_url": SecretStr("postgresql://u@a:5432,:5433/db")}, "empty host"),
+        ({"read_lag_max": "soon"}, "read_lag_max"),
+        ({"read_lag_max": "-1"}, "from 0 to 3600"),
+    ],
+)
+def test_a_bad_read_setting_is_refused_naming_it(given: dict[str, object], named: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        Settings(database_url=SecretStr(MULTI), **given)  # type: ignore[arg-type]
+
+    assert named in str(refused.value)
+    assert "s3cret" not in str(refused.value)
+
+
+def test_a_read_url_without_a_database_url_is_refused() -> None:
+    with pytest.raises(ValidationError, match="FORKLOG_DATABASE_URL"):
+        Settings(read_database_url=SecretStr(READ))

@@ -283,6 +283,7 @@ EXPOSED = {
     "forklog_idempotent_replays_total",
     "forklog_problems_total",
     "forklog_trace_spans_dropped_total",
+    "forklog_standby_reads_total",
 }
 # The process's standard metrics (prometheus-client's process and collector ones) that the dashboard charts.
 PROCESS_CHARTED = {"process_cpu_seconds_total", "process_resident_memory_bytes", "python_gc_collections_total"}

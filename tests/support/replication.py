@@ -5,6 +5,9 @@ names it in ``synchronous_standby_names``, so a commit is acknowledged only once
 ``pause()`` take the primary away as a crash of its machine and as a network cut would (every process of the server
 killed, or stopped with SIGSTOP: its connections stay open and answer nothing); ``promote()`` is the HA manager's
 ``pg_ctl promote``.
+
+``DelayedStandby`` is a primary with an asynchronous hot standby that applies each commit ``delay`` after it was made
+(``recovery_min_apply_delay``), for read-replica tests: what a reader sees there lags every write by that much.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import psycopg
 
 from tests.support.postgres import PostgresCluster, PostgresError, free_port
 
-__all__ = ["ReplicatedPair", "StandbyCluster", "server_processes"]
+__all__ = ["DelayedStandby", "ReplicatedPair", "StandbyCluster", "server_processes"]
 
 SYNC_WAIT_SECONDS = 30.0
 
@@ -135,3 +138,41 @@ def replicated_pair() -> Iterator[ReplicatedPair]:
         yield pair.start()
     finally:
         pair.close()
+
+
+class DelayedStandby:
+    """A primary and an asynchronous hot standby whose replay of each commit waits ``delay`` (a PostgreSQL duration,
+    ``300ms``); the forklog database is made on the primary before the standby is copied from it."""
+
+    def __init__(self, delay: str = "300ms", dbname: str = "forklog") -> None:
+        self.dbname = dbname
+        self.primary = PostgresCluster(settings={"wal_level": "replica"})
+        self.standby = StandbyCluster(self.primary, name="reader")
+        self.standby.settings["recovery_min_apply_delay"] = delay
+
+    def start(self) -> DelayedStandby:
+        self.primary.start()
+        self.primary.create_database(self.dbname)
+        self.standby.start()
+        self.wait_streaming()
+        return self
+
+    def primary_url(self) -> str:
+        return self.primary.url(self.dbname)
+
+    def standby_url(self) -> str:
+        return self.standby.url(self.dbname)
+
+    def wait_streaming(self) -> None:
+        deadline = time.monotonic() + SYNC_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            with psycopg.connect(self.primary.url(), autocommit=True, connect_timeout=5) as conn:
+                row = conn.execute("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'").fetchone()
+            if row is not None and row[0] >= 1:
+                return
+            time.sleep(0.1)
+        raise PostgresError(f"the standby never streamed:\n{self.standby.log_tail()}")
+
+    def close(self) -> None:
+        self.standby.close()
+        self.primary.close()

@@ -34,7 +34,9 @@ APPEND_EVENTS = RouteSpec(
     ),
     idempotent=True,
 )
-READ_EVENTS = RouteSpec("GET", "/sessions/{id}/events", Scope.READ, query=READ_QUERY, refusals=SESSION_ID)
+READ_EVENTS = RouteSpec(
+    "GET", "/sessions/{id}/events", Scope.READ, query=READ_QUERY, refusals=SESSION_ID, standby_reads=True
+)
 READ_LOG = RouteSpec("GET", "/sessions/{id}/log", Scope.READ, refusals=SESSION_ID)
 
 # What GET /sessions/{id}/log answers, by the encoding of the log (spec 16); the first is the default.

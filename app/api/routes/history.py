@@ -26,6 +26,7 @@ router = new_router()
         Scope.READ,
         query=HISTORY_QUERY,
         refusals=(*SESSION_ID, ErrorCode.INVALID_BOUNDARY),
+        standby_reads=True,
     ),
     History,
     summary="The model history, now or at a turn/end",

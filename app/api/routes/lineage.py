@@ -19,7 +19,7 @@ router = new_router()
 
 
 @router.declare(
-    RouteSpec("GET", "/sessions/{id}/lineage", Scope.READ, refusals=SESSION_ID),
+    RouteSpec("GET", "/sessions/{id}/lineage", Scope.READ, refusals=SESSION_ID, standby_reads=True),
     Lineage,
     summary="Ancestors (while each parent is live) and children of a session",
 )

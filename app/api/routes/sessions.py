@@ -64,7 +64,7 @@ async def create_session(request: Request) -> Response:
 
 
 @router.declare(
-    RouteSpec("GET", "/sessions", Scope.READ, query=LIST_QUERY),
+    RouteSpec("GET", "/sessions", Scope.READ, query=LIST_QUERY, standby_reads=True),
     SessionPage,
     summary="List sessions by creation or by last activity, filtered or searched",
 )
@@ -92,7 +92,11 @@ async def list_sessions(request: Request) -> Response:
     return json_response(orjson.dumps({"items": items, "nextCursor": next_cursor}))
 
 
-@router.declare(RouteSpec("GET", "/sessions/{id}", Scope.READ, refusals=SESSION_ID), SessionOut, summary="One session")
+@router.declare(
+    RouteSpec("GET", "/sessions/{id}", Scope.READ, refusals=SESSION_ID, standby_reads=True),
+    SessionOut,
+    summary="One session",
+)
 async def get_session(request: Request) -> Response:
     key = key_of(request)
     return json_response(session_payload(await service_of(request).reads.get(key)))

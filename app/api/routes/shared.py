@@ -66,7 +66,7 @@ def _token(request: Request) -> str:
 
 
 @router.declare(
-    RouteSpec("GET", "/shared/{token}", None, refusals=_SHARED, tag="sharing"),
+    RouteSpec("GET", "/shared/{token}", None, refusals=_SHARED, tag="sharing", standby_reads=True),
     SharedSession,
     summary="A shared session, as its share shows it (no key)",
 )
@@ -76,7 +76,15 @@ async def get_shared(request: Request) -> Response:
 
 
 @router.declare(
-    RouteSpec("GET", "/shared/{token}/events", None, query=SHARED_READ_QUERY, refusals=_SHARED, tag="sharing"),
+    RouteSpec(
+        "GET",
+        "/shared/{token}/events",
+        None,
+        query=SHARED_READ_QUERY,
+        refusals=_SHARED,
+        tag="sharing",
+        standby_reads=True,
+    ),
     EventsPage,
     summary="A page of a shared session's events, redacted as shared (no key)",
 )
@@ -91,7 +99,7 @@ async def read_shared_events(request: Request) -> Response:
 
 
 @router.declare(
-    RouteSpec("GET", "/shared/{token}/history", None, refusals=_SHARED, tag="sharing"),
+    RouteSpec("GET", "/shared/{token}/history", None, refusals=_SHARED, tag="sharing", standby_reads=True),
     History,
     summary="The model history of a shared session, redacted as shared (no key)",
 )

@@ -60,6 +60,7 @@ def _ping() -> ServerSentEvent:
         query=STREAM_QUERY,
         refusals=(*SESSION_ID, ErrorCode.SESSION_NOT_LIVE),
         stream=True,
+        standby_reads=True,
     ),
     response_class=EventSourceResponse,
     summary="Follow the log live (server-sent events): every event from a seq, then each new one",

@@ -21,6 +21,8 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from starlette.routing import Route, request_response
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as AsgiScope
 
 from app.api.docs.openapi import operation
 from app.api.edge.auth import KEY_STATE
@@ -28,6 +30,7 @@ from app.api.routing.declarations import RouteSpec
 from app.api.settings import Settings
 from app.api.wire.body import JsonBody, read_body
 from app.api.wire.json_answer import JsonAnswer
+from app.backends.read_routing import standby_reads
 from app.domain.access import ApiKey, Scope
 from app.domain.ids import check_id
 from app.domain.session import DEFAULT_TENANT, SessionKey
@@ -84,9 +87,21 @@ class Routes(APIRouter):
             if not isinstance(route, PlainRoute):
                 raise TypeError(f"{spec.path} was added as {type(route).__name__}; a Routes router adds PlainRoutes")
             route.spec = spec
+            if spec.standby_reads:
+                route.app = _reading_standbys(route.app)
             return endpoint
 
         return add
+
+
+def _reading_standbys(app: ASGIApp) -> ASGIApp:
+    """``app`` with its reads allowed on a standby, from the request's arrival to its answer's end (a stream's)."""
+
+    async def call(scope: AsgiScope, receive: Receive, send: Send) -> None:
+        with standby_reads():
+            await app(scope, receive, send)
+
+    return call
 
 
 def new_router() -> Routes:

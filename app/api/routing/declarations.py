@@ -32,7 +32,9 @@ class RouteSpec:
     needed: health, the documents and pages a browser must load before it can ask for a key). ``refusals`` are the
     codes of its own refusals (those of its kind are added by the OpenAPI document); ``store`` says it asks the
     store; ``stream`` that it is a server-sent event stream, which also takes its key as ``?access_token=`` (a
-    browser's ``EventSource`` cannot send headers); ``created`` that it answers a new session's ``Location``."""
+    browser's ``EventSource`` cannot send headers); ``created`` that it answers a new session's ``Location``;
+    ``standby_reads`` that its reads may be served by a hot standby (``FORKLOG_READ_DATABASE_URL``) that has replayed
+    every change acknowledged before the request (:mod:`app.backends.read_routing`)."""
 
     method: str
     path: str
@@ -44,6 +46,7 @@ class RouteSpec:
     store: bool = True
     created: bool = False
     stream: bool = False
+    standby_reads: bool = False
     tag: str | None = None  # the OpenAPI tag; by default "health" for an open route, "sessions" for the others
 
     @property

@@ -78,6 +78,7 @@ class Metrics(SessionObserver):
         self.expired_sessions: dict[str, int] = {}
         self.replays: dict[str, int] = {}
         self.stream_subscribers: dict[str, int] = {}
+        self.standby_reads: dict[str, int] = {}  # by the server that served them: standby, primary
         self.batch_events = Histogram(BATCH_BUCKETS)
         self.sync_seconds = Histogram(SYNC_BUCKETS)
         self.sessions = 0
@@ -141,6 +142,11 @@ class Metrics(SessionObserver):
         self.batch_events.observe(events)
         self.sync_seconds.observe(seconds)
 
+    def standby_read(self, server: str) -> None:
+        """A read that a standby may serve ran on ``server`` (may be called from any thread: a lost count is
+        harmless)."""
+        self.standby_reads[server] = self.standby_reads.get(server, 0) + 1
+
     def span_dropped(self) -> None:
         self.spans_dropped += 1
 
@@ -196,6 +202,14 @@ class Metrics(SessionObserver):
         yield self._counter(
             "forklog_idempotent_replays", "Requests answered again from a kept Idempotency-Key.", self.replays
         )
+        standby_reads = CounterMetricFamily(
+            "forklog_standby_reads",
+            "Reads that a hot standby may serve (FORKLOG_READ_DATABASE_URL), by the server that served them.",
+            labels=["server"],
+        )
+        for server, count in list(self.standby_reads.items()):
+            standby_reads.add_metric([server], count)
+        yield standby_reads
         problems = CounterMetricFamily("forklog_problems", "Problem answers, by code.", labels=["code", *tenant])
         for labels, count in list(self.problems.items()):
             problems.add_metric(list(labels), count)

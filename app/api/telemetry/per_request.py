@@ -65,6 +65,10 @@ class StorageTelemetry(StorageObserver):
         if self._metrics is not None:
             self._metrics.synced(events, seconds)
 
+    def standby_read(self, server: str) -> None:
+        if self._metrics is not None:
+            self._metrics.standby_read(server)
+
     def durable_write(self, name: str, events: int) -> AbstractContextManager[object]:
         if self._tracing is None:
             return NO_SPAN

@@ -25,6 +25,7 @@ from app.backends.base import (
     LimitsOf,
     Readiness,
 )
+from app.backends.database_url import standby_urls
 from app.backends.errors import Access, StartRefused, StorageUnavailable
 from app.backends.observer import NO_STORAGE_OBSERVER, StorageObserver
 from app.backends.postgres import queries
@@ -35,6 +36,7 @@ from app.backends.postgres.failover import PrimaryWatch
 from app.backends.postgres.packing import Packer
 from app.backends.postgres.pool import Connection, PoolSettings, connect, open_pool, redact
 from app.backends.postgres.pooler import DIRECT, Pooling, behind_pooler, pooled_direct_url, pooling_of
+from app.backends.postgres.read_replicas import PRIMARY_POSITION, ReadReplicas
 from app.backends.postgres.schema import migrate
 from app.backends.postgres.search import PostgresSearch
 from app.backends.postgres.state_fill import fill_old_states
@@ -42,6 +44,7 @@ from app.backends.postgres.stats_fill import fill_old_stats
 from app.backends.postgres.sweep import sweep_once
 from app.backends.postgres.tips import TipCache
 from app.backends.postgres.vacuum import Vacuum
+from app.backends.read_routing import standby_read
 from app.domain.ids import new_instance
 from app.domain.limits import NO_LIMITS
 from app.domain.session import SessionKey
@@ -88,6 +91,8 @@ class PostgresCore:
         orphan_grace_ms: int = ORPHAN_GRACE_MS,
         tip_cache_size: int = 1024,
         wait: bool = True,
+        read_url: str | None = None,
+        read_lag_max: float = 1.0,
         direct_url: str | None = None,
     ) -> None:
         self._url = url
@@ -115,6 +120,12 @@ class PostgresCore:
         self._vacuum = Vacuum(self._connection)
         self._packer = Packer(self._connection, self._vacuum.dirty)
         self._limits_of: LimitsOf = lambda tenant: NO_LIMITS
+        # Hot standbys for the reads that may use them (spec 6, Read replicas): see read_replicas.py.
+        self.replicas: ReadReplicas | None = None
+        if read_url is not None:
+            self.replicas = ReadReplicas(
+                standby_urls(read_url), self._settings, lag_max=read_lag_max, primary_position=self._wal_position
+            )
 
     @functools.cached_property  # one object for the life of the backend, looked at on every fork and delete
     def capabilities(self) -> Capabilities:
@@ -230,6 +241,8 @@ class PostgresCore:
         await self._feed.stop()
         await self._doorbell.stop()
         await self._sweeper.stop()
+        if self.replicas is not None:
+            await self.replicas.close()
         await self._packer.stop()
         await self._vacuum.stop()
         pool, self._pool = self._pool, None
@@ -252,8 +265,29 @@ class PostgresCore:
 
     @contextlib.asynccontextmanager
     async def _connection(self, access: Access) -> AsyncIterator[Connection]:
-        """A connection of the pool for a read or a change; the driver's errors of what runs on it are translated
+        """A connection for a read or a change: a standby's for a standby read (:mod:`app.backends.read_routing`)
+        once it has replayed far enough, else the primary's; the driver's errors of what runs on it are translated
         (a change whose connection is lost once taken: its outcome is unknown)."""
+        read = standby_read() if access is Access.READ and self.replicas is not None else None
+        if read is not None and self.replicas is not None:
+            async with self.replicas.connection(read) as standby:
+                if standby is not None:
+                    self.observer.standby_read("standby")
+                    with database_errors(access):
+                        yield standby
+                    return
+            self.observer.standby_read("primary")
+        async with self._primary(access) as conn:
+            yield conn
+
+    async def _wal_position(self) -> int:
+        """The primary's flushed WAL position: every change acknowledged so far committed at or before it."""
+        async with self._primary(Access.READ) as conn:
+            return int(await conn.fetchval(PRIMARY_POSITION))
+
+    @contextlib.asynccontextmanager
+    async def _primary(self, access: Access) -> AsyncIterator[Connection]:
+        """A connection of the primary's pool (see :meth:`_connection`)."""
         pool = self._pool
         if pool is None:
             raise access.refused("the database is not connected yet")

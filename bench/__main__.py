@@ -1,6 +1,6 @@
 """``make bench`` (``python -m bench``): forklog beside its baselines, one table. See bench/README.md.
 
-Settings (environment): BENCH_ONLY (fork,appends,restart,cold,stream,keys,limits,postgres,pg_bytes,small,
+Settings (environment): BENCH_ONLY (fork,appends,restart,cold,stream,keys,limits,postgres,pg_bytes,pgrate,small,
 metrics,sidebar),
 BENCH_RUNS, BENCH_RUNS_1M,
 BENCH_FORK_SIZES, BENCH_CLIENTS, BENCH_APPEND_SECONDS, BENCH_APPEND_RUNS, BENCH_RESTART_BYTES,
@@ -22,7 +22,21 @@ from pathlib import Path
 
 import orjson
 
-from bench import appends, cold, fork, keys, limits, metrics, pg_bytes, postgres, restart, sidebar, small, stream
+from bench import (
+    appends,
+    cold,
+    fork,
+    keys,
+    limits,
+    metrics,
+    pg_bytes,
+    pg_rate,
+    postgres,
+    restart,
+    sidebar,
+    small,
+    stream,
+)
 from bench.load import have_wrk
 from bench.report import Row, render
 from bench.util import fdatasync_latency, log
@@ -37,6 +51,7 @@ SECTIONS: dict[str, Callable[[Path], list[Row]]] = {
     "limits": limits.run,
     "postgres": postgres.run,
     "pg_bytes": pg_bytes.run,
+    "pgrate": pg_rate.run,
     "small": small.run,
     "metrics": metrics.run,
     "sidebar": sidebar.run,

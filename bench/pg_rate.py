@@ -19,13 +19,29 @@ from bench.appends import PREFIX, append_body
 from bench.load import LoadResult, run_load
 from bench.postgres import BENCH_SETTINGS, _seed_sessions, start_on_database
 from bench.report import Row, skipped
-from bench.util import env_float, env_int, log, median, running
+from bench.util import cpu_seconds, env_float, env_int, log, median, running
 from tests.support.postgres import ENV_URL, ExternalPostgres, PostgresCluster, PostgresError, fresh_database_name
 
 __all__ = ["PGBENCH_SCRIPT", "pgbench_tps", "run"]
 
 SECTION = "PostgreSQL throughput"
 PGBENCH_SCRIPT = "INSERT INTO bench_rows (a, b) VALUES (:id, repeat('x', 150));\n"
+
+
+def server_cpu(server: object) -> float:
+    """CPU seconds (user + system) of a throwaway cluster's backends so far; 0 for a server not ours."""
+    if not isinstance(server, PostgresCluster):
+        return 0.0
+    postmaster = int((server.data_dir / "postmaster.pid").read_text().split()[0])
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == postmaster:
+                total += cpu_seconds(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue  # a backend that exited meanwhile
+    return total
 
 
 def pgbench_tps(url: str, script: Path, *, clients: int, seconds: int) -> float:
@@ -58,7 +74,7 @@ def run(work: Path) -> list[Row]:
     try:
         name = server.create_database(fresh_database_name("forklog_rate"))
         baseline = server.create_database(fresh_database_name("forklog_pgbench"))
-        rows = compare(work, server.url(name), server.url(baseline))
+        rows = compare(work, server, server.url(name), server.url(baseline))
         server.drop_database(name)
         server.drop_database(baseline)
         return rows
@@ -66,7 +82,7 @@ def run(work: Path) -> list[Row]:
         server.close()
 
 
-def compare(work: Path, url: str, baseline_url: str) -> list[Row]:
+def compare(work: Path, server: object, url: str, baseline_url: str) -> list[Row]:
     clients = env_int("BENCH_CLIENTS", 32)
     seconds = env_float("BENCH_APPEND_SECONDS", 10.0)
     runs = env_int("BENCH_APPEND_RUNS", 3)
@@ -80,20 +96,33 @@ def compare(work: Path, url: str, baseline_url: str) -> list[Row]:
     one = append_body(1)
     mine: list[LoadResult] = []
     theirs: list[float] = []
+    # CPU per append (forklog's process, the server's backends) and per pgbench transaction (the server's).
+    cpu: dict[str, list[float]] = {"forklog": [], "server": [], "pgbench": []}
     with running(forklog):
         forklog.wait_ready()
         _seed_sessions(forklog, clients)
         run_load(forklog.port, PREFIX, one, clients=clients, seconds=1)  # warm-up
         for r in range(runs):
+            own, served = cpu_seconds(forklog.pid), server_cpu(server)
             mine.append(run_load(forklog.port, PREFIX, one, clients=clients, seconds=seconds))
+            done = max(mine[-1].requests, 1)
+            cpu["forklog"].append((cpu_seconds(forklog.pid) - own) / done * 1e6)
+            cpu["server"].append((server_cpu(server) - served) / done * 1e6)
+            served = server_cpu(server)
             theirs.append(pgbench_tps(baseline_url, script, clients=clients, seconds=max(1, round(seconds))))
-            log(f"pgrate {r + 1}/{runs}: forklog {mine[-1].rps:,.0f} appends/s, pgbench {theirs[-1]:,.0f} tps")
+            cpu["pgbench"].append((server_cpu(server) - served) / max(theirs[-1] * seconds, 1) * 1e6)
+            log(
+                f"pgrate {r + 1}/{runs}: forklog {mine[-1].rps:,.0f} appends/s (CPU a request: forklog "
+                f"{cpu['forklog'][-1]:.0f} µs, PostgreSQL {cpu['server'][-1]:.0f} µs), pgbench {theirs[-1]:,.0f} tps "
+                f"(PostgreSQL {cpu['pgbench'][-1]:.0f} µs a transaction)"
+            )
     errors = sum(result.errors for result in mine)
     rate, tps = median([r.rps for r in mine]), median(theirs)
     note = (
         f"{clients} clients each side, fsync on, synchronous commit; forklog p50 "
         f"{median([r.p50_ms for r in mine]):.1f} / p99 {median([r.p99_ms for r in mine]):.1f} ms; "
-        f"load generator {mine[0].tool}"
+        f"load generator {mine[0].tool}; CPU an append: forklog {median(cpu['forklog']):.0f} µs, PostgreSQL "
+        f"{median(cpu['server']):.0f} µs (a pgbench transaction: {median(cpu['pgbench']):.0f} µs)"
     )
     if errors:
         note += f"; {errors} error answers (see logs)"

@@ -29,11 +29,13 @@ PGBENCH_SCRIPT = "INSERT INTO bench_rows (a, b) VALUES (:id, repeat('x', 150));\
 
 
 def server_cpu(server: object) -> float:
-    """CPU seconds (user + system) of a throwaway cluster's backends so far; 0 for a server not ours."""
+    """CPU seconds (user + system) of a throwaway cluster's processes so far, those that exited included (the
+    postmaster's children's times); 0 for a server not ours."""
     if not isinstance(server, PostgresCluster):
         return 0.0
     postmaster = int((server.data_dir / "postmaster.pid").read_text().split()[0])
-    total = 0.0
+    fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+    total = sum(int(field) for field in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()

@@ -5,6 +5,8 @@ and one append the database refuses failing alone, not its group."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+
 import asyncpg
 import pytest
 
@@ -15,7 +17,7 @@ from app.backends.postgres.group_commit import GroupCommit
 from app.domain.ids import new_instance
 from app.domain.log import seed_log
 from app.domain.staging_rules import stage
-from tests.backends.postgres.test_postgres import grow, key, open_on, opened, scalar  # noqa: F401 - a fixture
+from tests.backends.postgres.test_postgres import grow, key, open_on, scalar
 from tests.backends.test_contract import NOW, turn
 
 pytestmark = pytest.mark.anyio
@@ -26,6 +28,14 @@ SESSIONS = 32
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+async def opened(forklog_db: str) -> AsyncIterator[list[PostgresBackend]]:
+    backends: list[PostgresBackend] = []
+    yield backends
+    for backend in backends:
+        await backend.close()
 
 
 async def made(backend: PostgresBackend, count: int) -> list[str]:
@@ -80,7 +90,8 @@ async def test_an_append_the_database_refuses_fails_alone_not_its_group(
         await conn.execute("INSERT INTO forklog_events (log, seq, line) VALUES ($1, 8, '{}')", log)
     finally:
         await conn.close()
-    outcomes = await asyncio.gather(*(append_turn(backend, session_id, 2) for session_id in ids), return_exceptions=True)
+    appends = (append_turn(backend, session_id, 2) for session_id in ids)
+    outcomes = await asyncio.gather(*appends, return_exceptions=True)
     assert [type(outcome) for outcome in outcomes] == [type(None)] * 5 + [ChangeRefused] + [type(None)] * 2
     counts = [(await backend.find(key(session_id))).head.count for session_id in ids]  # type: ignore[union-attr]
     assert counts == [16] * 5 + [8] + [16] * 2

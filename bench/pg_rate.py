@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 import subprocess
 from pathlib import Path
@@ -44,6 +45,12 @@ def server_cpu(server: object) -> float:
         except (OSError, ValueError, IndexError):
             continue  # a backend that exited meanwhile
     return total
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's children that exited and were waited for (a finished load generator's)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def pgbench_tps(url: str, script: Path, *, clients: int, seconds: int) -> float:
@@ -99,15 +106,16 @@ def compare(work: Path, server: object, url: str, baseline_url: str) -> list[Row
     mine: list[LoadResult] = []
     theirs: list[float] = []
     # CPU per append (forklog's process, the server's backends) and per pgbench transaction (the server's).
-    cpu: dict[str, list[float]] = {"forklog": [], "server": [], "pgbench": []}
+    cpu: dict[str, list[float]] = {"forklog": [], "server": [], "loadgen": [], "pgbench": []}
     with running(forklog):
         forklog.wait_ready()
         _seed_sessions(forklog, clients)
         run_load(forklog.port, PREFIX, one, clients=clients, seconds=1)  # warm-up
         for r in range(runs):
-            own, served = cpu_seconds(forklog.pid), server_cpu(server)
+            own, served, driven = cpu_seconds(forklog.pid), server_cpu(server), children_cpu()
             mine.append(run_load(forklog.port, PREFIX, one, clients=clients, seconds=seconds))
             done = max(mine[-1].requests, 1)
+            cpu["loadgen"].append((children_cpu() - driven) / done * 1e6)
             cpu["forklog"].append((cpu_seconds(forklog.pid) - own) / done * 1e6)
             cpu["server"].append((server_cpu(server) - served) / done * 1e6)
             served = server_cpu(server)
@@ -115,7 +123,8 @@ def compare(work: Path, server: object, url: str, baseline_url: str) -> list[Row
             cpu["pgbench"].append((server_cpu(server) - served) / max(theirs[-1] * seconds, 1) * 1e6)
             log(
                 f"pgrate {r + 1}/{runs}: forklog {mine[-1].rps:,.0f} appends/s (CPU a request: forklog "
-                f"{cpu['forklog'][-1]:.0f} µs, PostgreSQL {cpu['server'][-1]:.0f} µs), pgbench {theirs[-1]:,.0f} tps "
+                f"{cpu['forklog'][-1]:.0f} µs, PostgreSQL {cpu['server'][-1]:.0f} µs, load generator "
+                f"{cpu['loadgen'][-1]:.0f} µs), pgbench {theirs[-1]:,.0f} tps "
                 f"(PostgreSQL {cpu['pgbench'][-1]:.0f} µs a transaction)"
             )
     errors = sum(result.errors for result in mine)
@@ -124,7 +133,8 @@ def compare(work: Path, server: object, url: str, baseline_url: str) -> list[Row
         f"{clients} clients each side, fsync on, synchronous commit; forklog p50 "
         f"{median([r.p50_ms for r in mine]):.1f} / p99 {median([r.p99_ms for r in mine]):.1f} ms; "
         f"load generator {mine[0].tool}; CPU an append: forklog {median(cpu['forklog']):.0f} µs, PostgreSQL "
-        f"{median(cpu['server']):.0f} µs (a pgbench transaction: {median(cpu['pgbench']):.0f} µs)"
+        f"{median(cpu['server']):.0f} µs, load generator {median(cpu['loadgen']):.0f} µs (a pgbench transaction: "
+        f"PostgreSQL {median(cpu['pgbench']):.0f} µs)"
     )
     if errors:
         note += f"; {errors} error answers (see logs)"

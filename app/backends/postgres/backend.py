@@ -29,7 +29,7 @@ from app.backends.errors import Access, ChangeRefused, StaleHead, StorageUnavail
 from app.backends.postgres import queries
 from app.backends.postgres.chains import Chain
 from app.backends.postgres.core import COMMIT_SPAN, during
-from app.backends.postgres.grouped import GroupedAppend
+from app.backends.postgres.grouped import GroupedAppend, GroupRefused
 from app.backends.postgres.packs import Packs
 from app.backends.postgres.quotas import bytes_without_created_at, check_quota, seed_bytes
 from app.backends.postgres.reads import PostgresReads
@@ -273,10 +273,10 @@ class PostgresBackend(PostgresReads):
         )
         try:
             return await self._appends.submit(key, grouped)
-        except ChangeRefused:
-            # The group's statement was refused and rolled back (nothing of it is stored): one append's fault (a
-            # row the database refused) or the group's (a deadlock with another replica's group) is told apart by
-            # running this one alone.
+        except GroupRefused:
+            # Nothing of the group is stored: one append's fault (a row the database refused) or the group's (a
+            # deadlock with another replica's group) is told apart by running this one alone. (An outage is not
+            # retried here: it answers as it would alone.)
             return await self._append_alone(key, log, staged, rows, Packs(), changed_at, remember)
 
     async def _append_alone(

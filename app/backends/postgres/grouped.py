@@ -6,12 +6,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
+
 from app.backends.postgres import queries
+from app.backends.postgres.errors import server_lost
 from app.backends.postgres.pool import Connection
 from app.backends.postgres.rows import Rows
 from app.domain.session import SessionKey
 
-__all__ = ["GroupedAppend", "commit_group"]
+__all__ = ["GroupRefused", "GroupedAppend", "commit_group"]
+
+
+class GroupRefused(Exception):
+    """The server refused a group's statement (one append's row, a deadlock with another replica's group): it was
+    rolled back whole, nothing of it is stored, and each of its appends may be run alone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +58,13 @@ def _params(group: Sequence[GroupedAppend]) -> list[Any]:
 
 
 async def commit_group(conn: Connection, group: Sequence[GroupedAppend]) -> list[int | None]:
-    """Each append's change number, or None where its head had moved (nothing of it stored); one statement."""
-    moved = {row["ord"]: row["change_seq"] for row in await conn.fetch(queries.GROUP_APPEND, *_params(group))}
+    """Each append's change number, or None where its head had moved (nothing of it stored); one statement.
+    GroupRefused if the server refused it (a server lost or no longer a primary is the caller's outage instead)."""
+    try:
+        found = await conn.fetch(queries.GROUP_APPEND, *_params(group))
+    except asyncpg.PostgresError as exc:
+        if server_lost(exc):
+            raise
+        raise GroupRefused(str(exc)) from exc
+    moved = {row["ord"]: row["change_seq"] for row in found}
     return [moved.get(ord_) for ord_ in range(len(group))]

@@ -131,6 +131,7 @@ def check_walk_answers(answers: list[Answer]) -> None:
         "stats": appended_session["stats"] | {"turns": 1, "steps": 1},
         "usage": {},
         "ownUsage": {},
+        "archived": False,
     }
 
     child = forked.json()

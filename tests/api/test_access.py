@@ -125,6 +125,8 @@ OPEN_ROUTES = {
     "read_shared_events",
     "read_shared_history",
     "stream_shared_events",
+    # Spec 18: the page a share link opens (it reads the share's open routes above).
+    "shared_page",
 }
 
 

@@ -217,7 +217,7 @@ def test_not_found(client: TestClient) -> None:
     ("method", "path", "allowed"),
     [
         ("PUT", "/sessions", {"GET", "POST"}),
-        ("PATCH", "/sessions/s", {"GET", "DELETE"}),
+        ("PUT", "/sessions/s", {"GET", "PATCH", "DELETE"}),
         ("DELETE", "/sessions/s/events", {"GET", "POST"}),
         ("GET", "/sessions/s/fork", {"POST"}),
         ("POST", "/healthz", {"GET"}),

@@ -66,6 +66,7 @@ def test_append_assigns_seq_and_time_and_answers_the_session(client: TestClient)
         },
         "usage": {},
         "ownUsage": {},
+        "archived": False,
     }
     assert events_of(client, "s") == stored
 

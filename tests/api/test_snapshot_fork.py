@@ -142,6 +142,7 @@ def test_fork_creates_the_child_from_the_whole_log(client: TestClient) -> None:
         "stats": get_session(client, "src")["stats"],  # the seed is the whole log
         "usage": {},
         "ownUsage": {},
+        "archived": False,
     }
     assert events_of(client, "child") == events_of(client, "src")
     assert history_of(client, "child") == history_of(client, "src")

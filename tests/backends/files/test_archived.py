@@ -33,7 +33,9 @@ def journal(data_dir: Path) -> list[dict[str, Any]]:
 
 
 async def opened(data_dir: Path, ops: FaultyFileOps | None = None) -> FileBackend:
-    backend = FileBackend(data_dir, clock=wall_clock_ms, sync=True, ops=ops, checkpoint_interval=None)
+    backend = FileBackend(
+        data_dir, clock=wall_clock_ms, sync=True, ops=ops, checkpoint_interval=None, compression="none"
+    )
     await backend.open()
     return backend
 

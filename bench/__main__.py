@@ -1,7 +1,7 @@
 """``make bench`` (``python -m bench``): forklog beside its baselines, one table. See bench/README.md.
 
-Settings (environment): BENCH_ONLY (fork,appends,restart,cold,stream,keys,limits,postgres,pg_bytes,pgrate,small,metrics,
-sidebar,at-rest,shares,standby), BENCH_SHARE_CLIENTS, BENCH_SHARE_SECONDS, BENCH_SHARE_RUNS,
+Settings (environment): BENCH_ONLY (fork,appends,restart,cold,stream,keys,limits,postgres,small,metrics,
+sidebar,at-rest,pg_bytes,shares,standby), BENCH_SHARE_CLIENTS, BENCH_SHARE_SECONDS, BENCH_SHARE_RUNS,
 BENCH_RUNS, BENCH_RUNS_1M,
 BENCH_FORK_SIZES, BENCH_CLIENTS, BENCH_APPEND_SECONDS, BENCH_APPEND_RUNS, BENCH_RESTART_BYTES,
 BENCH_RESTART_SESSION_EVENTS, BENCH_RESTART_RUNS, BENCH_COLD_BYTES, BENCH_PG_FORK_SIZES, BENCH_TAIL_APPENDS,
@@ -32,7 +32,6 @@ from bench import (
     limits,
     metrics,
     pg_bytes,
-    pg_rate,
     postgres,
     restart,
     shares,
@@ -55,7 +54,6 @@ SECTIONS: dict[str, Callable[[Path], list[Row]]] = {
     "limits": limits.run,
     "postgres": postgres.run,
     "pg_bytes": pg_bytes.run,
-    "pgrate": pg_rate.run,
     "small": small.run,
     "metrics": metrics.run,
     "sidebar": sidebar.run,

@@ -29,7 +29,6 @@ from app.backends.errors import Access, ChangeRefused, StaleHead, StorageUnavail
 from app.backends.postgres import queries
 from app.backends.postgres.chains import Chain
 from app.backends.postgres.core import COMMIT_SPAN, during
-from app.backends.postgres.grouped import GroupedAppend, GroupRefused
 from app.backends.postgres.packs import Packs
 from app.backends.postgres.quotas import bytes_without_created_at, check_quota, seed_bytes
 from app.backends.postgres.reads import PostgresReads, session_of
@@ -263,104 +262,51 @@ class PostgresBackend(PostgresReads):
         if cached is None:
             # The tip this batch was staged on has left the cache: its log is unknown, so stage it again.
             raise StaleHead(f'session "{key.id}": the tip the batch was staged on is no longer cached')
+        count = staged.base_count + len(staged.events)
         changed_at = self._clock()
-        archived = cached.session.header.archived
         rows = Rows.of_staged(staged)
         packs = rows.take_batch_packs()
-        events = len(staged.events)
-        try:
-            with self.observer.durable_write(COMMIT_SPAN, events):
-                started = time.perf_counter()
-                if not remember and not packs.seqs and self._limits_of(key.tenant).max_bytes is None:
-                    change_seq = await self._append_grouped(
-                        key, cached.log, staged, rows, changed_at, remember, archived
-                    )
-                else:
-                    change_seq = await self._append_alone(
-                        key, cached.log, staged, rows, packs, changed_at, remember, archived
-                    )
-                committed = time.perf_counter() - started
-        except (StorageUnavailable, asyncio.CancelledError):
-            self._tips.drop(key)  # the outcome is unknown (the database, or the request, went away): read the row next
-            raise
-        if change_seq is None:
-            raise StaleHead(f'session "{key.id}" moved (or was replaced) since the batch was staged')
-        self.observer.synced(events, committed)
-        self._changed(key, change_seq)
-        if staged.checkpoints:  # a turn ended: its small rows are packed now, in the background
-            self._packer.wake(cached.log)
-        session = Session(key, cached.session.header, head_of(staged.state), changed_at)
-        self._tips.put(key, CachedTip(session, cached.log, staged.state))
-
-    async def _append_grouped(
-        self,
-        key: SessionKey,
-        log: int,
-        staged: StagedEvents,
-        rows: Rows,
-        changed_at: int,
-        remember: Sequence[IdempotencyRecord],
-        archived: bool,
-    ) -> int | None:
-        """The append in a group commit with the others arriving meanwhile (see :mod:`.group_commit`)."""
-        count = staged.base_count + len(staged.events)
-        grouped = GroupedAppend(
-            key,
-            log,
-            staged.base_count,
-            count,
-            encode_state(staged.state),
-            len(staged.lines),
-            changed_at,
-            rows,
-            archived,
-        )
-        try:
-            return await self._appends.submit(key, grouped)
-        except GroupRefused:
-            # Nothing of the group is stored: one append's fault (a row the database refused) or the group's (a
-            # deadlock with another replica's group) is told apart by running this one alone. (An outage is not
-            # retried here: it answers as it would alone.)
-            return await self._append_alone(key, log, staged, rows, Packs(), changed_at, remember, archived)
-
-    async def _append_alone(
-        self,
-        key: SessionKey,
-        log: int,
-        staged: StagedEvents,
-        rows: Rows,
-        packs: Packs,
-        changed_at: int,
-        remember: Sequence[IdempotencyRecord],
-        archived: bool,
-    ) -> int | None:
-        """The append in a statement of its own (with its idempotency records, its packs, its quota check)."""
         params: list[Any] = [
             key.tenant,
             key.id,
-            log,
-            staged.base_count + len(staged.events),
+            cached.log,
+            count,
             encode_state(staged.state),
             staged.base_count,
             *rows.params(),
             changed_at,
             *packs.params(),
-            archived,
+            cached.session.header.archived,
         ]
         statement = queries.APPEND
         if remember:
             statement = queries.APPEND_REMEMBERING
             columns = list(zip(*(_remembered_params(record) for record in remember), strict=True))
             params.extend(list(column) for column in columns)
+        events = len(staged.events)
         limits = self._limits_of(key.tenant)
-        async with self._connection(Access.CHANGE) as conn:
-            if limits.max_bytes is None:
-                row = await conn.fetchrow(statement, *params)
-            else:
-                async with conn.transaction():
-                    await check_quota(conn, self._chains, key.tenant, limits, 0, len(staged.lines))
-                    row = await conn.fetchrow(statement, *params)
-        return None if row is None else int(row["change_seq"])
+        try:
+            async with self._connection(Access.CHANGE) as conn:
+                with self.observer.durable_write(COMMIT_SPAN, events):
+                    started = time.perf_counter()
+                    if limits.max_bytes is None:
+                        row = await conn.fetchrow(statement, *params)
+                    else:
+                        async with conn.transaction():
+                            await check_quota(conn, self._chains, key.tenant, limits, 0, len(staged.lines))
+                            row = await conn.fetchrow(statement, *params)
+                    committed = time.perf_counter() - started
+        except (StorageUnavailable, asyncio.CancelledError):
+            self._tips.drop(key)  # the outcome is unknown (the database, or the request, went away): read the row next
+            raise
+        if row is None:
+            raise StaleHead(f'session "{key.id}" moved (or was replaced) since the batch was staged')
+        self.observer.synced(events, committed)
+        self._changed(key, row["change_seq"])
+        if staged.checkpoints:  # a turn ended: its small rows are packed now, in the background
+            self._packer.wake(cached.log)
+        session = Session(key, cached.session.header, head_of(staged.state), changed_at)
+        self._tips.put(key, CachedTip(session, cached.log, staged.state))
 
     async def delete(self, key: SessionKey) -> None:
         self._tips.drop(key)

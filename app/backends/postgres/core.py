@@ -33,8 +33,6 @@ from app.backends.postgres.chains import ChainCache
 from app.backends.postgres.changes import Doorbell, ReplicaChanges
 from app.backends.postgres.errors import DRIVER_ERRORS, database_errors, fails_for_good
 from app.backends.postgres.failover import PrimaryWatch
-from app.backends.postgres.group_commit import GroupCommit
-from app.backends.postgres.grouped import GroupedAppend, commit_group
 from app.backends.postgres.packing import Packer
 from app.backends.postgres.pool import Connection, PoolSettings, connect, open_pool, redact
 from app.backends.postgres.pooler import DIRECT, Pooling, behind_pooler, pooled_direct_url, pooling_of
@@ -128,8 +126,6 @@ class PostgresCore:
             self.replicas = ReadReplicas(
                 standby_urls(read_url), self._settings, lag_max=read_lag_max, primary_position=self._wal_position
             )
-        # Plain appends (most of them: one open-turn event each) commit together with those arriving meanwhile.
-        self._appends: GroupCommit[GroupedAppend, int | None] = GroupCommit(self._commit_appends)
 
     @functools.cached_property  # one object for the life of the backend, looked at on every fork and delete
     def capabilities(self) -> Capabilities:
@@ -317,10 +313,6 @@ class PostgresCore:
         self._own_order.append(change_seq)
         if len(self._own_order) > OWN_CHANGES_KEPT:
             self._own.discard(self._own_order.popleft())
-
-    async def _commit_appends(self, group: list[GroupedAppend]) -> list[int | None]:
-        async with self._connection(Access.CHANGE) as conn:
-            return await commit_group(conn, group)
 
     async def _notify(self, payloads: list[str]) -> None:
         async with self._connection(Access.CHANGE) as conn:

@@ -20,7 +20,6 @@ __all__ = [
     "FIND",
     "FIND_SHARE",
     "FORGET",
-    "GROUP_APPEND",
     "INCARNATION_LOG",
     "INSERT_REMEMBERED",
     "INSERT_SHARE",
@@ -153,40 +152,6 @@ APPEND_REMEMBERING = (
 )
 SELECT head.change_seq FROM head"""
 )
-
-# Several sessions' appends in one statement (see app.backends.postgres.group_commit): $1..$9 one element per append
-# (its ordinal, key, the log and count it was staged on, its new count, state, bytes and acknowledgement time), the
-# small rows, surface rows and turn/ends tagged with their append's ordinal. Each head moves only where it stands as
-# its append was staged, and only the rows of the appends whose head moved go in; it returns those appends' ordinals.
-GROUP_APPEND = """
-WITH input AS (
-    SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[],
-                         $8::bigint[], $9::bigint[], $21::bool[])
-        AS i(ord, tenant, id, log, base, count, state, added, changed_at, archived)
-), head AS (
-    UPDATE forklog_sessions s SET count = i.count, state = i.state, change_seq = nextval('forklog_changes'),
-        bytes = s.bytes + i.added,
-        updated_at = GREATEST(s.updated_at, (substring(i.state from '^[[]([0-9]+),'))::bigint),
-        changed_at = i.changed_at
-    FROM input i
-    WHERE s.tenant = i.tenant COLLATE "C" AND s.id = i.id COLLATE "C" AND s.log = i.log AND s.count = i.base
-        AND s.archived = i.archived
-    RETURNING i.ord, s.log, s.change_seq
-), events AS (
-    INSERT INTO forklog_events (log, seq, line)
-    SELECT head.log, u.seq, u.line FROM head JOIN unnest($10::int[], $11::bigint[], $12::text[]) AS u(ord, seq, line)
-        USING (ord)
-), surface AS (
-    INSERT INTO forklog_surface (log, seq, start_seq, end_seq)
-    SELECT head.log, u.seq, u.s, u.e
-    FROM head JOIN unnest($13::int[], $14::bigint[], $15::bigint[], $16::bigint[]) AS u(ord, seq, s, e) USING (ord)
-), turn_ends AS (
-    INSERT INTO forklog_turn_ends (log, seq, time, checkpoint)
-    SELECT head.log, u.seq, u.t, u.c
-    FROM head JOIN unnest($17::int[], $18::bigint[], $19::bigint[], $20::text[]) AS u(ord, seq, t, c) USING (ord)
-)
-SELECT head.ord, head.change_seq FROM head
-"""
 
 NEW_LOG_ID = "SELECT nextval('forklog_log_ids')"
 INSERT_REMEMBERED = (

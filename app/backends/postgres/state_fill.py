@@ -11,7 +11,6 @@ again) finds the logs of the batches committed so far done, and fills the rest.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import orjson
 
 from app.backends.postgres.chains import ChainCache
+from app.backends.postgres.fill_queue import work_through
 from app.backends.postgres.packs import PARTS, assemble
 from app.backends.postgres.pool import Connection
 from app.domain.summary import TITLE_TYPE, preview_of, title_of
@@ -33,7 +33,6 @@ OLD_CHECKPOINT_COLUMNS = 3
 FILL_LOGS = 50
 READ_EVENTS = 20_000
 
-_TAKE = "SELECT log FROM forklog_state_fill ORDER BY log LIMIT $1 FOR UPDATE SKIP LOCKED"
 _SESSION = "SELECT count, state FROM forklog_sessions WHERE log = $1"
 _OLD_CHECKPOINTS = f"""
 SELECT seq, checkpoint FROM forklog_turn_ends
@@ -64,21 +63,12 @@ class _Summary:
 
 
 async def fill_old_states(conn: Connection, chains: ChainCache) -> int:
-    """Fill every listed log (waiting for those another replica fills); how many this call filled. A database with
-    none listed is only read (a read-only role or a standby starts as before)."""
-    filled = 0
-    while await conn.fetchval("SELECT EXISTS (SELECT 1 FROM forklog_state_fill)"):
-        async with conn.transaction():
-            logs = [row["log"] for row in await conn.fetch(_TAKE, FILL_LOGS)]
-            for log in logs:
-                await _fill(conn, chains, log)
-                await conn.execute("DELETE FROM forklog_state_fill WHERE log = $1", log)
-        filled += len(logs)
-        if logs:
-            logger.info("filled the sidebar's members of %d sessions stored by an older forklog", filled)
-        else:
-            await asyncio.sleep(0.2)  # another replica fills the rest
-    return filled
+    """Fill every log ``forklog_state_fill`` lists; how many this call filled (see :func:`.fill_queue.work_through`)."""
+
+    async def fill(log: int) -> None:
+        await _fill(conn, chains, log)
+
+    return await work_through(conn, "forklog_state_fill", fill, batch=FILL_LOGS, what="the sidebar's members")
 
 
 async def _fill(conn: Connection, chains: ChainCache, log: int) -> None:

@@ -12,13 +12,13 @@ transaction that fills it, so a start cut short finds the batches committed so f
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
 import orjson
 
 from app.backends.postgres.chains import ChainCache
+from app.backends.postgres.fill_queue import work_through
 from app.backends.postgres.packs import PARTS, assemble
 from app.backends.postgres.pool import Connection
 from app.domain.closers import NO_UNANSWERED, fold_unanswered, unanswered_columns
@@ -33,7 +33,6 @@ OLD_CHECKPOINT_COLUMNS = 4
 FILL_LOGS = 50
 READ_EVENTS = 20_000
 
-_TAKE = "SELECT log FROM forklog_stats_fill ORDER BY log LIMIT $1 FOR UPDATE SKIP LOCKED"
 _SESSION = "SELECT count, state, seed_length FROM forklog_sessions WHERE log = $1"
 _OLD_CHECKPOINTS = f"""
 SELECT seq, checkpoint FROM forklog_turn_ends
@@ -42,21 +41,12 @@ WHERE log = $1 AND json_array_length(checkpoint::json) = {OLD_CHECKPOINT_COLUMNS
 
 
 async def fill_old_stats(conn: Connection, chains: ChainCache) -> int:
-    """Fill every listed log (waiting for those another replica fills); how many this call filled. A database with
-    none listed is only read."""
-    filled = 0
-    while await conn.fetchval("SELECT EXISTS (SELECT 1 FROM forklog_stats_fill)"):
-        async with conn.transaction():
-            logs = [row["log"] for row in await conn.fetch(_TAKE, FILL_LOGS)]
-            for log in logs:
-                await _fill(conn, chains, log)
-                await conn.execute("DELETE FROM forklog_stats_fill WHERE log = $1", log)
-        filled += len(logs)
-        if logs:
-            logger.info("filled the stats of %d sessions stored by an older forklog", filled)
-        else:
-            await asyncio.sleep(0.2)  # another replica fills the rest
-    return filled
+    """Fill every log ``forklog_stats_fill`` lists; how many this call filled (see :func:`.fill_queue.work_through`)."""
+
+    async def fill(log: int) -> None:
+        await _fill(conn, chains, log)
+
+    return await work_through(conn, "forklog_stats_fill", fill, batch=FILL_LOGS, what="the stats")
 
 
 async def _fill(conn: Connection, chains: ChainCache, log: int) -> None:

@@ -32,12 +32,10 @@ each change in flight would need every path on which a change fails to say so. T
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import logging
 import os
 import threading
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,22 +210,7 @@ class IdempotencyJournal:
         """Replace the file with ``entries`` (atomically) and index them: all of them, or (``index_all=False``)
         those indexed already (the others belong to changes in flight, which keep them later, or refused: a start
         decides on them)."""
-        temporary = self._path.parent / f".{JOURNAL_NAME}.{uuid.uuid4().hex[:12]}.tmp"
-        fd = self._ops.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        try:
-            try:
-                self._ops.write_all(fd, b"".join(entry.line + b"\n" for entry in entries))
-                if self._sync:
-                    self._ops.fsync(fd)
-            finally:
-                self._ops.close(fd)
-            self._ops.replace(temporary, self._path)
-            if self._sync:
-                self._ops.fsync_dir(self._path.parent)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                self._ops.unlink(temporary)
-            raise
+        self._ops.replace_whole(self._path, b"".join(entry.line + b"\n" for entry in entries), sync=self._sync)
         self._rewrites += 1
         self._index(entries, index_all=index_all)
 

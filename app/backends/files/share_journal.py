@@ -10,10 +10,8 @@ writes it anew with only those (a temporary file, synced, renamed over it, and t
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -107,24 +105,9 @@ class ShareJournal:
         return [line for line in data.split(b"\n") if line.strip()]
 
     def _rewrite(self, shares: list[ShareRecord]) -> None:
-        temporary = self._path.parent / f".{SHARES_NAME}.{uuid.uuid4().hex[:12]}.tmp"
         data = b"".join(orjson.dumps({"add": _encode(share)}) + b"\n" for share in shares)
         with self._lock:
-            fd = self._ops.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-            try:
-                try:
-                    self._ops.write_all(fd, data)
-                    if self._sync:
-                        self._ops.fsync(fd)
-                finally:
-                    self._ops.close(fd)
-                self._ops.replace(temporary, self._path)
-                if self._sync:
-                    self._ops.fsync_dir(self._path.parent)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    self._ops.unlink(temporary)
-                raise
+            self._ops.replace_whole(self._path, data, sync=self._sync)
 
     def _append(self, item: dict[str, Any]) -> None:
         """Append one change and sync it (OSError if the disk refuses: then the change is not made)."""

@@ -7,10 +7,8 @@ file, so a restart never resurrects them. It is removed, durably, once the cut i
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,23 +39,8 @@ class CutRecords:
 
     def write(self, cut: Cut) -> None:
         """Write the note atomically (a temp file renamed in place) and durably."""
-        folder = cut.record.parent
-        temporary = folder / f".{cut.record.name}.{uuid.uuid4().hex[:12]}.tmp"
-        fd = self._ops.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        try:
-            try:
-                self._ops.write_all(fd, orjson.dumps({"instance": cut.instance, "size": cut.size}))
-                if self._sync:
-                    self._ops.fsync(fd)
-            finally:
-                self._ops.close(fd)
-            self._ops.replace(temporary, cut.record)
-            if self._sync:
-                self._ops.fsync_dir(folder)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                self._ops.unlink(temporary)
-            raise
+        note = orjson.dumps({"instance": cut.instance, "size": cut.size})
+        self._ops.replace_whole(cut.record, note, sync=self._sync)
 
     def read(self, record: Path) -> Cut | None:
         """The cut noted at ``record``, or None (none, or unreadable: then there is nothing safe to cut)."""

@@ -8,6 +8,7 @@ outside it is read or written through one.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -17,6 +18,7 @@ import re
 import shutil
 import stat
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -213,6 +215,26 @@ class FileOps:
     def rmtree(self, path: StrPath) -> None:
         """Remove a real folder and what it holds; links inside it are removed, never followed."""
         shutil.rmtree(path)
+
+    def replace_whole(self, path: Path, data: bytes, *, sync: bool) -> None:
+        """Make ``path`` hold ``data`` at once or not at all: a temp file beside it, synced, renamed over it, and the
+        folder synced (``sync`` off skips both syncs). A failure leaves ``path`` as it was and no temp file."""
+        temporary = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
+        fd = self.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            try:
+                self.write_all(fd, data)
+                if sync:
+                    self.fsync(fd)
+            finally:
+                self.close(fd)
+            self.replace(temporary, path)
+            if sync:
+                self.fsync_dir(path.parent)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.unlink(temporary)
+            raise
 
     def fsync_dir(self, path: StrPath) -> None:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -84,22 +83,7 @@ class ArchiveJournal:
         body = b"".join(_line(key, instance, True) for key, instance in archived)
         with self._lock:
             self._close_fd()
-            tmp = self.path.with_name(f"{JOURNAL_NAME}.{uuid.uuid4().hex[:12]}.tmp")
-            fd = ops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-            try:
-                try:
-                    ops.write_all(fd, body)
-                    if self._sync:
-                        ops.fsync(fd)
-                finally:
-                    ops.close(fd)
-                ops.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    ops.unlink(tmp)
-                raise
-            if self._sync:
-                ops.fsync_dir(self.path.parent)
+            ops.replace_whole(self.path, body, sync=self._sync)
             self._size, self._clean = len(body), True
 
     def write(self, key: SessionKey, instance: str, archived: bool) -> None:

@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
+from app.backends.postgres.chains import Chain
+from app.backends.postgres.packs import PARTS, assemble
 from app.backends.postgres.pool import Connection
 
-__all__ = ["work_through"]
+__all__ = ["EventsMissing", "stored_lines", "work_through"]
+
+READ_EVENTS = 20_000  # events a statement of a fill reads
+
+
+class EventsMissing(Exception):
+    """A log's events are not all stored (a fill leaves its old rows as they are)."""
+
 
 logger = logging.getLogger("forklog.storage")
 
@@ -34,3 +43,16 @@ async def work_through(
         else:
             await asyncio.sleep(0.2)  # another replica fills the rest
     return filled
+
+
+async def stored_lines(conn: Connection, chain: Chain, log: int, stop: int) -> AsyncIterator[tuple[int, bytes]]:
+    """Each event ``seq, line`` of ``log`` before ``stop``, as stored (small rows and packs alike, a pack cut back to
+    the range), READ_EVENTS a statement; EventsMissing (logged) if some are not there."""
+    for start in range(0, stop, READ_EVENTS):
+        end = min(stop, start + READ_EVENTS)
+        body, count = assemble(await conn.fetch(PARTS, *chain.arrays(start, end)), start, end)
+        if count != end - start:
+            logger.warning("log %d: events %d..%d are not all stored; its old rows stay as they are", log, start, end)
+            raise EventsMissing(log)
+        for seq, line in enumerate(body.split(b"\n")[:-1], start):
+            yield seq, line

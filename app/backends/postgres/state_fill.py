@@ -18,8 +18,7 @@ from typing import Any
 import orjson
 
 from app.backends.postgres.chains import ChainCache
-from app.backends.postgres.fill_queue import work_through
-from app.backends.postgres.packs import PARTS, assemble
+from app.backends.postgres.fill_queue import EventsMissing, stored_lines, work_through
 from app.backends.postgres.pool import Connection
 from app.domain.summary import TITLE_TYPE, preview_of, title_of
 
@@ -31,7 +30,6 @@ OLD_STATE_COLUMNS = 8
 OLD_CHECKPOINT_COLUMNS = 3
 # Logs filled per transaction, and events read per statement.
 FILL_LOGS = 50
-READ_EVENTS = 20_000
 
 _SESSION = "SELECT count, state FROM forklog_sessions WHERE log = $1"
 _OLD_CHECKPOINTS = f"""
@@ -85,14 +83,9 @@ async def _fill(conn: Connection, chains: ChainCache, log: int) -> None:
     except LookupError:
         return  # reclaimed meanwhile
     summary = _Summary()
-    for start in range(0, stop, READ_EVENTS):
-        end = min(stop, start + READ_EVENTS)
-        body, count = assemble(await conn.fetch(PARTS, *chain.arrays(start, end)), start, end)
-        if count != end - start:
-            logger.warning("log %d: events %d..%d are not all stored; its old rows stay as they are", log, start, end)
-            return
-        for seq, line in enumerate(body.decode().split("\n")[:-1], start):
-            summary.add(seq, line)
+    try:
+        async for seq, line in stored_lines(conn, chain, log, stop):
+            summary.add(seq, line.decode())
             if seq in checkpoints:
                 await conn.execute(
                     "UPDATE forklog_turn_ends SET checkpoint = $3 WHERE log = $1 AND seq = $2",
@@ -100,6 +93,8 @@ async def _fill(conn: Connection, chains: ChainCache, log: int) -> None:
                     seq,
                     orjson.dumps([*checkpoints.pop(seq), summary.body_bytes]).decode(),
                 )
+    except EventsMissing:
+        return
     if state is not None and session is not None:
         columns = [*state, summary.body_bytes, summary.title, summary.title_seq, summary.preview, summary.preview_seq]
         await conn.execute(

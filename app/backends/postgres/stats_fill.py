@@ -5,9 +5,9 @@ checkpoint 4 (no stats). The stats migration lists the logs that hold such rows 
 folds each listed log's events once (its fork chain included: :func:`~app.domain.stats.fold_stats` and
 :func:`~app.domain.closers.fold_unanswered`, exactly what an append keeps) and writes the missing columns, before the
 backend serves. It runs after :mod:`app.backends.postgres.state_fill` (which brings even older rows to 13 and 4
-columns), in bounded batches: ``FILL_LOGS`` logs a transaction, ``READ_EVENTS`` events a statement. Replicas starting
-together share the list (``SKIP LOCKED``) and each waits until it is empty; a batch leaves the list in the
-transaction that fills it, so a start cut short finds the batches committed so far done.
+columns), in bounded batches: ``FILL_LOGS`` logs a transaction, ``fill_queue.READ_EVENTS`` events a statement.
+Replicas starting together share the list (``SKIP LOCKED``) and each waits until it is empty; a batch leaves the
+list in the transaction that fills it, so a start cut short finds the batches committed so far done.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Any
 import orjson
 
 from app.backends.postgres.chains import ChainCache
-from app.backends.postgres.fill_queue import work_through
-from app.backends.postgres.packs import PARTS, assemble
+from app.backends.postgres.fill_queue import EventsMissing, stored_lines, work_through
 from app.backends.postgres.pool import Connection
 from app.domain.closers import NO_UNANSWERED, fold_unanswered, unanswered_columns
 from app.domain.stats import SessionStats, fold_stats
@@ -31,7 +30,6 @@ logger = logging.getLogger("forklog.storage")
 OLD_STATE_COLUMNS = 13
 OLD_CHECKPOINT_COLUMNS = 4
 FILL_LOGS = 50
-READ_EVENTS = 20_000
 
 _SESSION = "SELECT count, state, seed_length FROM forklog_sessions WHERE log = $1"
 _OLD_CHECKPOINTS = f"""
@@ -65,14 +63,8 @@ async def _fill(conn: Connection, chains: ChainCache, log: int) -> None:
     seed_length = session["seed_length"] if session is not None else None
     stats = SessionStats(seed_length or 0)
     unanswered = NO_UNANSWERED
-    for start in range(0, stop, READ_EVENTS):
-        end = min(stop, start + READ_EVENTS)
-        # The events as stored: small rows and packs alike (a pack is cut back to the range).
-        body, count = assemble(await conn.fetch(PARTS, *chain.arrays(start, end)), start, end)
-        if count != end - start:
-            logger.warning("log %d: events %d..%d are not all stored; its old rows stay as they are", log, start, end)
-            return
-        for seq, line in enumerate(body.split(b"\n")[:-1], start):
+    try:
+        async for seq, line in stored_lines(conn, chain, log, stop):
             event = orjson.loads(line)
             stats = fold_stats(stats, event)
             unanswered = fold_unanswered(unanswered, event)
@@ -83,6 +75,8 @@ async def _fill(conn: Connection, chains: ChainCache, log: int) -> None:
                     seq,
                     orjson.dumps([*checkpoints.pop(seq), stats.columns()]).decode(),
                 )
+    except EventsMissing:
+        return
     if state is not None and session is not None:
         columns = [*state, stats.columns(), unanswered_columns(unanswered)]
         await conn.execute(
